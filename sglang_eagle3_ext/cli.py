@@ -1,0 +1,68 @@
+"""`sgl-eagle3`: thin argument parsing; each subcommand lives in ``commands/<name>.py``.
+
+A command module defines ``HELP`` (one line), ``add_arguments(parser)`` and ``run(args) -> int``.
+Every command gets ``--sglang-root PATH`` (an unpacked SGLang instead of the installed one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from . import __version__
+from .errors import UserError
+
+# Order is the order shown in --help. Modules are imported lazily, so `sgl-eagle3 doctor` never
+# pays for matplotlib or torch.
+COMMANDS = (
+    "doctor", "patch", "layers", "launch", "stop", "bench", "compare", "profile", "sweep",
+    "tiny", "demo",
+)
+
+
+def _load(name: str):
+    return importlib.import_module(f"sglang_eagle3_ext.commands.{name}")
+
+
+def build_parser(commands: tuple[str, ...] = COMMANDS) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sgl-eagle3",
+        description="Measure and tune EAGLE-3 speculative decoding on SGLang.",
+    )
+    parser.add_argument("--version", action="version", version=f"sgl-eagle3 {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in commands:
+        try:
+            mod = _load(name)
+        except ModuleNotFoundError as exc:  # a command still being built: hide it, don't break the CLI
+            if exc.name and exc.name.startswith("sglang_eagle3_ext.commands"):
+                continue
+            raise
+        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
+        p.add_argument("--sglang-root", metavar="PATH", default=None,
+                       help="an unpacked SGLang tree to use instead of the installed one")
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except UserError as exc:
+        from .console import err
+
+        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

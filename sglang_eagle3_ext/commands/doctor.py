@@ -1,0 +1,101 @@
+"""`sgl-eagle3 doctor`: where SGLang is, which code family it has, what can be used, what is set."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from .. import __version__
+from ..console import out, print_json
+from ..sglang_env import locate
+
+HELP = "Report the SGLang install, its EAGLE worker family, usable routes, patch state and env."
+
+# Env that changes how a speculative server behaves or how we measure it.
+ENV_PREFIXES = ("NCCL_", "EAGLE3_PROFILE", "SGLANG_EAGLE3_", "SGLANG_ENABLE_SPEC_V2",
+                "SGLANG_PLUGINS", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_MAX_CONNECTIONS")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _torch_info() -> dict:
+    """torch / CUDA / GPU count, only when torch imports (it is the user's, never ours)."""
+    try:
+        import torch
+    except Exception as exc:  # noqa: BLE001 - any import failure just means "not usable here"
+        return {"available": False, "error": f"{type(exc).__name__}: {exc}"}
+    cuda = torch.cuda.is_available()
+    return {
+        "available": True,
+        "version": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cuda_available": cuda,
+        "gpu_count": torch.cuda.device_count() if cuda else 0,
+        "gpu_name": torch.cuda.get_device_name(0) if cuda else None,
+    }
+
+
+def _patch_summary(env) -> dict | None:
+    try:
+        from ..patcher import engine
+    except ImportError:
+        return None
+    try:
+        return engine.status_summary(env)
+    except Exception as exc:  # noqa: BLE001 - doctor reports, it never fails on a sub-check
+        return {"error": str(exc)}
+
+
+def _plugin_summary() -> dict | None:
+    try:
+        from .. import plugin
+    except ImportError:
+        return None
+    fn = getattr(plugin, "describe", None)
+    return fn() if fn else None
+
+
+def collect(sglang_root: str | None) -> dict:
+    env = locate(sglang_root)
+    return {
+        "tool_version": __version__,
+        "sglang": env.to_dict(),
+        "patch": _patch_summary(env),
+        "plugin": _plugin_summary(),
+        "torch": _torch_info(),
+        "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)},
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    info = collect(args.sglang_root)
+    if args.json:
+        print_json(info)
+        return 0
+    s = info["sglang"]
+    out.print(f"[bold]sgl-eagle3 {info['tool_version']}[/]")
+    out.print(f"SGLang {s['version']} ({s['source']}) at {s['package_dir']}")
+    out.print(f"  eagle worker families: {', '.join(s['families']) or 'none found'}")
+    out.print(f"  EAGLE-3 decode runs on: {s['decode_worker']}")
+    routes = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in s["routes"].items())
+    out.print(f"  probe routes: {routes}")
+    out.print(f"  speculative registry (0.5.12+): {'yes' if s['has_spec_registry'] else 'no'}")
+    if info["patch"] is not None:
+        out.print(f"patch: {info['patch']}")
+    if info["plugin"] is not None:
+        out.print(f"plugin: {info['plugin']}")
+    t = info["torch"]
+    if t["available"]:
+        gpus = f"{t['gpu_count']} GPU(s) {t['gpu_name'] or ''}".strip()
+        out.print(f"torch {t['version']} (CUDA {t['cuda'] or 'none'}), {gpus}")
+    else:
+        out.print(f"torch: not importable ({t['error']})")
+    if info["env"]:
+        out.print("env in effect:")
+        for k, v in info["env"].items():
+            out.print(f"  {k}={v}")
+    else:
+        out.print("env in effect: no NCCL_*, EAGLE3_PROFILE* or SGLANG_EAGLE3_* variables set")
+    return 0

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Build (or reuse) the CPU test environment: real SGLang 0.5.23 importable on CPU torch.
+# Idempotent: a finished env is marked by .venv/.ready-<hash of this script + constraints>.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${SGL_EAGLE3_VENV:-.venv}
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null || PY=python3
+stamp="$VENV/.ready-$(cat tools/ci_env.sh tools/ci-constraints.txt | sha256sum | cut -c1-12)"
+if [ -f "$stamp" ]; then
+  "$VENV/bin/pip" install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || "$VENV/bin/pip" install -q --no-deps -e .
+  exit 0
+fi
+t0=$(date +%s)
+rm -rf "$VENV"
+"$PY" -m venv "$VENV"
+PIP="$VENV/bin/pip"
+C="-c tools/ci-constraints.txt"
+"$PIP" install -q --upgrade pip setuptools wheel
+"$PIP" install -q $C torch==2.13.0
+"$PIP" install -q --no-deps sglang==0.5.23
+# SGLang's import chain on CPU, tiers 1-4 of docs/testing.md (never torchvision: a stub stands in)
+"$PIP" install -q $C numpy orjson psutil pybase64 requests packaging pillow starlette msgspec \
+  pydantic pyzmq tqdm ipython aiohttp transformers tokenizers dill apache-tvm-ffi sentencepiece \
+  compressed-tensors gguf einops openai partial_json_parser setproctitle uvicorn fastapi uvloop \
+  jsonschema xgrammar soundfile python-multipart triton safetensors
+# our own dependencies and the test tools
+"$PIP" install -q $C "libcst>=1.1" pyyaml rich pytest pytest-timeout ruff matplotlib
+"$PIP" install -q --no-deps -e .
+touch "$stamp"
+echo "test env ready in $(( $(date +%s) - t0 )) s ($VENV)"
