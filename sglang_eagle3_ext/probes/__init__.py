@@ -1,0 +1,190 @@
+"""Probes runtime: the only API that patched SGLang code and the plugin call.
+
+Per decode cycle it times draft / verify / extend (+ "other" = cycle minus phases), counts the
+tokens accepted (incl. the bonus token) and the acceptance per draft position, and every
+``EAGLE3_PROFILE_EVERY`` cycles prints the EAGLE3_PROF block (stderr -> server log) and appends one
+``eagle3_prof/1`` JSONL record (rank 0 only). See docs/profiling.md.
+
+With ``EAGLE3_PROFILE`` unset (read once at import) every call returns at once: no torch import,
+no torch call, no allocation. ``reset()`` re-reads the environment (tests, demo).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import deque
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = [
+    "enabled", "cycle_begin", "phase_begin", "phase_end", "cycle_end", "record_accept",
+    "set_spec_config", "flush", "reset", "trace", "windows", "settings",
+]
+
+_FALSE = ("", "0", "false", "no", "off")
+MODES = ("auto", "events", "wall", "sync")
+
+# In-process observers (tests, demo): the trace list (EAGLE3_PROFILE_TRACE=1) and the records
+# of every window this process emitted (rank 0), newest last.
+trace: list[tuple[str, Any]] = []
+windows: deque[dict[str, Any]] = deque(maxlen=1000)
+
+
+def _warn(msg: str) -> None:
+    sys.stderr.write(f"EAGLE3_PROF warning: {msg}\n")
+    sys.stderr.flush()
+
+
+def settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The probe settings an environment asks for. Bad values warn and fall back (a typo in an
+    env var must never take a serving process down)."""
+    env = os.environ if environ is None else environ
+    on = env.get("EAGLE3_PROFILE", "").strip().lower() not in _FALSE
+    every = 100
+    raw = env.get("EAGLE3_PROFILE_EVERY", "").strip()
+    if raw:
+        try:
+            every = int(raw)
+            if every < 1:
+                raise ValueError
+        except ValueError:
+            if on:
+                _warn(f"EAGLE3_PROFILE_EVERY={raw!r} is not a positive integer; using 100")
+            every = 100
+    mode = env.get("EAGLE3_PROFILE_MODE", "auto").strip().lower() or "auto"
+    if mode not in MODES:
+        if on:
+            _warn(f"EAGLE3_PROFILE_MODE={mode!r} is not one of {', '.join(MODES)}; using auto")
+        mode = "auto"
+    spec: dict[str, int | None] = {"steps": None, "topk": None, "draft_tokens": None}
+    raw_spec = env.get("EAGLE3_PROFILE_SPEC", "").strip()
+    if raw_spec:
+        try:
+            parts = [int(x) if x.strip() not in ("", "?") else None for x in raw_spec.split(",")]
+            if len(parts) != 3:
+                raise ValueError
+            spec = dict(zip(("steps", "topk", "draft_tokens"), parts, strict=True))
+        except ValueError:
+            if on:
+                _warn(f"EAGLE3_PROFILE_SPEC={raw_spec!r} is not 'steps,topk,draft_tokens'; ignored")
+    idle_ms = 200.0
+    raw_idle = env.get("EAGLE3_PROFILE_IDLE_MS", "").strip()
+    if raw_idle:
+        try:
+            idle_ms = float(raw_idle)
+        except ValueError:
+            if on:
+                _warn(f"EAGLE3_PROFILE_IDLE_MS={raw_idle!r} is not a number; using 200")
+    return {
+        "enabled": on,
+        "every": every,
+        "mode": mode,
+        "out": env.get("EAGLE3_PROFILE_OUT") or None,
+        "trace": env.get("EAGLE3_PROFILE_TRACE", "").strip().lower() not in _FALSE,
+        "spec": spec,
+        "route": env.get("EAGLE3_PROFILE_ROUTE") or None,
+        "idle_ms": idle_ms,
+    }
+
+
+_atexit_registered = False
+_P: Any = None  # the Profiler when enabled, else None: the one check on the hot path
+
+
+def enabled() -> bool:
+    return _P is not None
+
+
+def cycle_begin() -> None:
+    p = _P
+    if p is None:
+        return
+    p.cycle_begin()
+
+
+def phase_begin(name: str) -> None:
+    p = _P
+    if p is None:
+        return
+    p.phase_begin(name)
+
+
+def phase_end(name: str) -> None:
+    p = _P
+    if p is None:
+        return
+    p.phase_end(name)
+
+
+def cycle_end() -> None:
+    p = _P
+    if p is None:
+        return
+    p.cycle_end()
+
+
+def record_accept(per_req: Iterable[int], *, bonus_included: bool) -> None:
+    """Accepted counts of one verify, one int per request (a CPU list; never a GPU tensor).
+
+    ``bonus_included=False``: accepted draft tokens (V1 ``accept_length_per_req_cpu``, V2
+    ``on_verify_complete_cpu``); ``True``: drafts + bonus (V2 ``accept_lens``). May arrive one
+    cycle late (overlap scheduler): windows just sum what arrived.
+    """
+    p = _P
+    if p is None:
+        return
+    p.record_accept(per_req, bonus_included)
+
+
+def set_spec_config(steps: int | None = None, topk: int | None = None,
+                    draft_tokens: int | None = None, route: str | None = None) -> None:
+    p = _P
+    if p is None:
+        return
+    p.set_spec_config(steps, topk, draft_tokens, route)
+
+
+def flush() -> dict[str, Any] | None:
+    """Emit the current partial window now (also done at interpreter exit); returns its record."""
+    p = _P
+    if p is None:
+        return None
+    return p.flush()
+
+
+def reset(*, backend: Any = None, environ: Mapping[str, str] | None = None) -> None:
+    """Forget all state and re-read the environment (or ``environ``).
+
+    ``backend`` replaces the timer backend (see ``probes.timers``), e.g. a ``FakeEventTimer`` to
+    exercise ``events`` mode without CUDA.
+    """
+    global _P
+    trace.clear()
+    windows.clear()
+    s = settings(environ)
+    if not s["enabled"]:
+        _P = None
+        return
+    from ._profiler import Profiler
+
+    _P = Profiler(s, backend=backend, sink=windows, trace=trace)
+    global _atexit_registered
+    if not _atexit_registered:
+        import atexit
+
+        atexit.register(_at_exit)
+        _atexit_registered = True
+
+
+def _at_exit() -> None:
+    p = _P
+    if p is not None:
+        try:
+            p.flush(min_cycles=10)
+        except Exception as exc:  # noqa: BLE001 - never fail interpreter shutdown
+            _warn(f"final window not written: {exc}")
+
+
+if os.environ.get("EAGLE3_PROFILE", "").strip().lower() not in _FALSE:
+    reset()

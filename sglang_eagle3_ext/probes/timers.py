@@ -1,0 +1,182 @@
+"""Timer backends for the probes: one object decides how a phase boundary is time-stamped.
+
+A backend has four methods: ``mark()`` returns an opaque handle for "now", ``wait(newest)`` blocks
+until ``newest`` (and so every older handle) can be read, ``elapsed_ms(a, b)`` reads the time
+between two handles, and ``release(keep)`` lets the backend recycle handles after a window was
+read (``keep`` is the one handle that still belongs to an open cycle). ``name`` is the timing mode
+printed in every report.
+
+Backends are injectable (``probes.reset(backend=...)``) so the ``events`` logic is testable on
+a machine without CUDA: :class:`FakeEventTimer` behaves like CUDA events and counts the syncs.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from time import perf_counter
+from typing import Any, Protocol
+
+
+class TimerBackend(Protocol):
+    name: str
+
+    def mark(self) -> Any: ...
+
+    def wait(self, newest: Any) -> None: ...
+
+    def elapsed_ms(self, start: Any, end: Any) -> float: ...
+
+    def release(self, keep: Any) -> None: ...
+
+
+class WallTimer:
+    """perf_counter at the boundary (the seeds' method): on GPU it measures host launch time."""
+
+    name = "wall"
+
+    def mark(self) -> float:
+        return perf_counter()
+
+    def wait(self, newest: Any) -> None:
+        return None
+
+    def elapsed_ms(self, start: float, end: float) -> float:
+        return (end - start) * 1000.0
+
+    def release(self, keep: Any) -> None:
+        return None
+
+
+class SyncTimer(WallTimer):
+    """Device synchronize, then perf_counter: ground truth per phase, but it stalls the pipeline."""
+
+    name = "sync"
+
+    def __init__(self, synchronize: Callable[[], None]) -> None:
+        self._sync = synchronize
+        self.syncs = 0
+
+    def mark(self) -> float:
+        self._sync()
+        self.syncs += 1
+        return perf_counter()
+
+
+class EventTimer:
+    """CUDA events recorded on the current stream; read once per window.
+
+    Events live in a pool that is reused after every window (a ring buffer): nothing is
+    allocated per cycle once the first window has filled the pool, and the only host wait is
+    ``synchronize()`` on the newest event when a window is read.
+    """
+
+    name = "events"
+
+    def __init__(self, event_factory: Callable[[], Any]) -> None:
+        self._new = event_factory
+        self._pool: list[Any] = []
+        self._i = 0
+        self.syncs = 0
+
+    def mark(self) -> Any:
+        i = self._i
+        if i == len(self._pool):
+            self._pool.append(self._new())
+        ev = self._pool[i]
+        self._i = i + 1
+        ev.record()  # current stream: the compute timeline the phases run on
+        return ev
+
+    def wait(self, newest: Any) -> None:
+        newest.synchronize()
+        self.syncs += 1
+
+    def elapsed_ms(self, start: Any, end: Any) -> float:
+        return float(start.elapsed_time(end))
+
+    def release(self, keep: Any) -> None:
+        # `keep` is the newest mark (the open cycle's start): move it to slot 0 so the next
+        # window cannot overwrite it before it is read.
+        last = self._i - 1
+        if last >= 0 and self._pool[last] is not keep:
+            last = next((j for j, e in enumerate(self._pool) if e is keep), -1)
+        if last >= 0:
+            self._pool[0], self._pool[last] = self._pool[last], self._pool[0]
+            self._i = 1
+        else:
+            self._i = 0
+
+    @property
+    def pool_size(self) -> int:
+        return len(self._pool)
+
+
+class _FakeEvent:
+    """Stands in for ``torch.cuda.Event``: stamped from a clock on ``record()``."""
+
+    __slots__ = ("_owner", "t", "recorded")
+
+    def __init__(self, owner: FakeEventTimer) -> None:
+        self._owner = owner
+        self.t = 0.0
+        self.recorded = False
+
+    def record(self) -> None:
+        self.t = self._owner.clock()
+        self.recorded = True
+        self._owner.records += 1
+
+    def synchronize(self) -> None:
+        self._owner.resolved_upto = max(self._owner.resolved_upto, self.t)
+
+    def elapsed_time(self, end: _FakeEvent) -> float:
+        owner = self._owner
+        # CUDA raises when an event has not completed; a fake that allows it would hide the bug
+        # this backend exists to catch (reading a window before its newest event was waited for).
+        if end.t > owner.resolved_upto or self.t > owner.resolved_upto:
+            raise RuntimeError("elapsed_time read before the event was synchronized")
+        owner.reads += 1
+        return (end.t - self.t) * 1000.0
+
+
+class FakeEventTimer(EventTimer):
+    """The ``events`` backend without CUDA: same pool and lazy reading, a host clock as "GPU".
+
+    Used by the tests (to prove there is no per-cycle sync) and by the overhead benchmark on
+    machines without a GPU. ``clock`` returns seconds; ``syncs`` counts host waits.
+    """
+
+    def __init__(self, clock: Callable[[], float] = perf_counter) -> None:
+        self.clock = clock
+        self.records = 0
+        self.reads = 0
+        self.resolved_upto = float("-inf")
+        super().__init__(lambda: _FakeEvent(self))
+
+
+def cuda_available() -> bool:
+    """True when torch is already imported by the host and sees CUDA (never imports torch)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    try:
+        return bool(torch.cuda.is_available())
+    except Exception:  # noqa: BLE001 - a broken CUDA setup just means "no events mode"
+        return False
+
+
+def make_backend(mode: str) -> tuple[TimerBackend, str | None]:
+    """Backend for a requested mode ('auto' | 'events' | 'wall' | 'sync') and a warning or None."""
+    cuda = cuda_available()
+    if mode == "auto":
+        mode = "events" if cuda else "wall"
+    if mode in ("events", "sync") and not cuda:
+        return WallTimer(), f"timing mode {mode!r} needs CUDA (torch imported, a GPU visible); using 'wall'"
+    if mode == "events":
+        torch = sys.modules["torch"]
+        return EventTimer(lambda: torch.cuda.Event(enable_timing=True)), None
+    if mode == "sync":
+        torch = sys.modules["torch"]
+        return SyncTimer(torch.cuda.synchronize), None
+    return WallTimer(), None
