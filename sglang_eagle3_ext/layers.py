@@ -97,6 +97,13 @@ def parse_hf_layers(text: str) -> list[Layer]:
     return out
 
 
+def loop_label(index: int, num_layers: int, final_ok: bool = False) -> str:
+    """One capture index in our words: 'emb', 'k', or 'never(loop i)' when the loop never gets there."""
+    if index < 0 or index > num_layers or (index == num_layers and not final_ok):
+        return f"never(loop {index})"
+    return str(from_loop(index))
+
+
 def describe(layers: list[Layer]) -> str:
     """Plain words: 'emb + outputs of layers 2, 30, 58'."""
     emb = [x for x in layers if x == EMB]
@@ -566,13 +573,18 @@ def check(target_cfg: dict, draft_cfg: dict, version: str,
                            "trained on it"))
         reached = len({i for i in loops if 0 <= i < n or (i == n and final_ok)})
         if reached != count:
+            how = (f"'captured {reached} of {len(loops)} aux hidden states' (0.5.17+) or a shape "
+                   "error at the first forward" if reached != len(loops)
+                   else "a shape error in the draft's fc at the first forward")
             P(Problem(f"{reached} hidden states are captured{label} but the draft's fc expects "
-                      f"{count} ({count_from}): shape error or "
-                      f"'captured {reached} of {len(loops)}' at the first forward",
+                      f"{count} ({count_from}): {how}",
                       f"use exactly {count} ids that are reached"))
         if trained_on is not None and sorted(loops) != sorted(to_loop(x) for x in trained_on):
-            P(Problem(f"SGLang {version} captures {describe([from_loop(i) for i in sorted(loops)])}"
-                      f"{label}, but the draft was trained on "
+            reached_l = [from_loop(i) for i in sorted(loops) if 0 <= i < n or (i == n and final_ok)]
+            lost = len(loops) - len(reached_l)
+            P(Problem(f"SGLang {version} captures {describe(reached_l)}"
+                      + (f" (+{lost} id(s) never reached)" if lost else "")
+                      + f"{label}, but the draft was trained on "
                       f"{describe(sorted(trained_on, key=to_loop))}",
                       _fix_ids(family, version, trained_on, n) if name == "prefill"
                       or not graphs_use_defaults(version) else

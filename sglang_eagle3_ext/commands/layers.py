@@ -1,0 +1,116 @@
+"""`sgl-eagle3 layers check`: what an SGLang release will capture for a target/draft pair."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from .. import layers
+from ..console import out, print_json
+from ..errors import UserError
+
+HELP = "Check which target hidden-state layers feed the EAGLE-3 draft (our convention: output of layer k)."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="layers_cmd", metavar="ACTION")
+    c = sub.add_parser("check", help="report the capture for prefill and decode, and every problem with a fix")
+    c.add_argument("--target", required=True, metavar="PATH",
+                   help="target model folder with config.json, or the config.json itself")
+    c.add_argument("--draft", required=True, metavar="PATH",
+                   help="EAGLE-3 draft model folder with config.json, or the config.json itself")
+    c.add_argument("--sglang-version", metavar="V", default=None,
+                   help="judge for this SGLang release (default: the installed / --sglang-root one)")
+    g = c.add_mutually_exclusive_group()
+    g.add_argument("--trained-on", metavar="LAYERS", default=None,
+                   help="layers the draft was trained on, our convention: output of layer k, 'emb' (e.g. 2,30,58)")
+    g.add_argument("--trained-on-hf", metavar="IDX", default=None,
+                   help="the same as HF hidden_states indices (0 = embeddings; e.g. 3,31,59)")
+    c.add_argument("--json", action="store_true", help="machine-readable output")
+    c.add_argument("--sglang-root", metavar="PATH", default=argparse.SUPPRESS,
+                   help="an unpacked SGLang tree to use instead of the installed one")
+    p.set_defaults(layers_cmd=None)
+
+
+def read_config(path: str, what: str) -> dict:
+    """config.json of a model folder (or the file itself) -> dict; UserError(2) on bad input."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        p = p / "config.json"
+    if not p.is_file():
+        raise UserError(f"--{what} {path}: no such file (expected a model folder with config.json "
+                        "or the config.json itself)", exit_code=2)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"--{what} {p}: not valid JSON ({exc})", exit_code=2) from None
+    if not isinstance(data, dict):
+        raise UserError(f"--{what} {p}: expected a JSON object", exit_code=2)
+    return data
+
+
+def _fmt(rep: layers.CheckReport, loops: list[int]) -> str:
+    final_ok = layers.final_capturable(layers.FAMILIES[rep.family], rep.version)
+    names = ",".join(layers.loop_label(i, rep.num_layers, final_ok) for i in loops)
+    return f"{names}  (loop / HF indices {layers.format_layers(loops)})"
+
+
+def render(rep: layers.CheckReport) -> None:
+    fam = rep.family + (" (DeepSeek-V3 rules via language_model)" if rep.family == "kimi_k25" else "")
+    out.print(f"SGLang {rep.version}; target {rep.target_arch} ({fam}), {rep.num_layers} decoder layers",
+              highlight=False, markup=False)
+    out.print(f"draft  {rep.draft_arch or '(no architectures)'}: "
+              f"eagle_config.eagle_aux_hidden_state_layer_ids = {rep.nested_ids}"
+              + (f", top-level = {rep.top_level_ids}" if rep.top_level_ids is not None else ""),
+              highlight=False, markup=False)
+    out.print(f"rule   {rep.rule}", highlight=False)
+    out.print("captures (output of decoder layer k, emb = embedding output):", highlight=False)
+    if rep.prefill_loop == rep.decode_loop:
+        out.print(f"  prefill + decode: {_fmt(rep, rep.prefill_loop)}", highlight=False)
+    else:
+        out.print(f"  prefill (eager):          {_fmt(rep, rep.prefill_loop)}", highlight=False)
+        out.print(f"  decode (CUDA graphs):     {_fmt(rep, rep.decode_loop)}", highlight=False)
+    out.print(f"draft expects {rep.draft_count} aux hidden states ({rep.draft_count_from})", highlight=False)
+    if rep.trained_on is not None:
+        out.print(f"trained on: {layers.format_layers(rep.trained_on)}", highlight=False)
+    for note in rep.notes:
+        out.print(f"note: {note}", highlight=False)
+    if rep.ok:
+        out.print("[green]OK[/]: consistent", highlight=False)
+        return
+    out.print(f"[red]FAIL[/]: {len(rep.problems)} problem(s)", highlight=False)
+    for i, p in enumerate(rep.problems, 1):
+        out.print(f"  {i}. {p.what}", highlight=False, markup=False)
+        out.print(f"     fix: {p.fix}", highlight=False, markup=False)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.layers_cmd != "check":
+        raise UserError("usage: sgl-eagle3 layers check --target PATH --draft PATH [...]", exit_code=2)
+    target = read_config(args.target, "target")
+    draft = read_config(args.draft, "draft")
+    if args.trained_on is not None:
+        trained = layers.parse_layers(args.trained_on)
+    elif args.trained_on_hf is not None:
+        trained = layers.parse_hf_layers(args.trained_on_hf)
+    else:
+        trained = None
+    version = args.sglang_version
+    if version is None:
+        from ..sglang_env import locate
+
+        version = locate(getattr(args, "sglang_root", None)).version
+    else:
+        from ..sglang_env import parse_version
+
+        try:
+            parse_version(version)
+        except UserError as exc:
+            raise UserError(f"--sglang-version: {exc}", exit_code=2) from None
+    rep = layers.check(target, draft, version, trained)
+    if args.json:
+        print_json(rep.to_dict())
+    else:
+        render(rep)
+    return 0 if rep.ok else 1
