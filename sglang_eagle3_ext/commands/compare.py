@@ -1,0 +1,34 @@
+"""`sgl-eagle3 compare`: the seeds' table (config, tok/s avg/peak, accept length, vs baseline)."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..console import out, print_json
+
+HELP = "Compare bench results: tok/s avg and peak, accept length, % vs a baseline."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("files", nargs="+", metavar="FILE.json",
+                   help="bench result files (sgl-eagle3 bench --out) or a sweep results.json")
+    p.add_argument("--baseline", metavar="LABEL",
+                   help="label of the baseline row (default: a sweep's no-spec config, else the first file)")
+    p.add_argument("--metric", default="decode_tok_s",
+                   choices=("decode_tok_s", "e2e_tok_s", "throughput_tok_s"),
+                   help="which tok/s to compare (default decode_tok_s)")
+    p.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    p.add_argument("--json", action="store_true", help="machine-readable rows")
+
+
+def run(args: argparse.Namespace) -> int:
+    from .. import compare
+
+    rs = compare.rows(compare.load(args.files), args.baseline, args.metric)
+    if args.json:
+        print_json(rs)
+    elif args.markdown:
+        out.print(compare.markdown(rs), highlight=False, markup=False)
+    else:
+        out.print(compare.rich_table(rs))
+    return 0

@@ -1,0 +1,116 @@
+"""The seeds' comparison table from bench result documents (or a sweep's results.json).
+
+| config | tok/s (avg) | tok/s (peak) | accept len | vs baseline |
+
+tok/s is decode tok/s per stream (tokens after the first over the time after the first) unless
+another summary metric is asked; "vs baseline" = avg / baseline avg - 1.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .bench import SCHEMA as BENCH_SCHEMA
+from .errors import UserError
+
+SWEEP_SCHEMA = "eagle3_sweep/1"
+METRICS = ("decode_tok_s", "e2e_tok_s", "throughput_tok_s")
+
+
+def load(paths: list[str]) -> list[dict[str, Any]]:
+    """Bench documents from bench files and sweep results files, in the order given."""
+    docs: list[dict[str, Any]] = []
+    for path in paths:
+        p = Path(path)
+        try:
+            data = json.loads(p.read_text())
+        except FileNotFoundError as exc:
+            raise UserError(f"{p}: no such file", exit_code=2) from exc
+        except ValueError as exc:
+            raise UserError(f"{p}: not JSON ({exc})", exit_code=2) from exc
+        schema = data.get("schema") if isinstance(data, dict) else None
+        if schema == BENCH_SCHEMA:
+            docs.append(data)
+        elif schema == SWEEP_SCHEMA:
+            for c in data.get("configs", []):
+                if c.get("status") == "ok" and c.get("bench"):
+                    doc = dict(c["bench"])
+                    doc["label"] = c["name"]
+                    doc["baseline"] = bool(c.get("baseline"))
+                    docs.append(doc)
+        else:
+            raise UserError(f"{p}: neither a bench result ({BENCH_SCHEMA}) nor a sweep result "
+                            f"({SWEEP_SCHEMA})", exit_code=2)
+    if not docs:
+        raise UserError("no finished results in the files given", exit_code=2)
+    return docs
+
+
+def pick_baseline(docs: list[dict[str, Any]], label: str | None) -> int:
+    if label is not None:
+        for i, d in enumerate(docs):
+            if d.get("label") == label:
+                return i
+        known = ", ".join(repr(d.get("label")) for d in docs)
+        raise UserError(f"--baseline {label!r} matches no result (labels: {known})", exit_code=2)
+    for i, d in enumerate(docs):
+        if d.get("baseline"):
+            return i
+    return 0
+
+
+def rows(docs: list[dict[str, Any]], baseline: str | None = None,
+         metric: str = "decode_tok_s") -> list[dict[str, Any]]:
+    if metric not in METRICS:
+        raise UserError(f"metric must be one of {', '.join(METRICS)}", exit_code=2)
+    b = pick_baseline(docs, baseline)
+    base_avg = docs[b]["summary"][metric]["avg"]
+    out = []
+    for i, d in enumerate(docs):
+        s = d["summary"]
+        avg, peak = s[metric]["avg"], s[metric]["peak"]
+        vs = None if i == b or not base_avg or avg is None else (avg / base_avg - 1.0) * 100.0
+        out.append({"config": d.get("label"), "tok_s_avg": avg, "tok_s_peak": peak,
+                    "accept_length": s.get("accept_length"),
+                    "accept_source": s.get("accept_source"), "vs_baseline_pct": vs,
+                    "is_baseline": i == b, "metric": metric})
+    return out
+
+
+def fmt_pct(row: dict[str, Any]) -> str:
+    if row["is_baseline"]:
+        return "—"
+    v = row["vs_baseline_pct"]
+    return "-" if v is None else f"{v:+.1f}%"
+
+
+def _num(x: float | None, nd: int = 1) -> str:
+    return "-" if x is None else f"{x:.{nd}f}"
+
+
+def table_lines(rs: list[dict[str, Any]]) -> list[list[str]]:
+    """Cells as printed: config, tok/s avg, tok/s peak, accept len, vs baseline."""
+    return [[str(r["config"]), _num(r["tok_s_avg"]), _num(r["tok_s_peak"]),
+             _num(r["accept_length"], 2), fmt_pct(r)] for r in rs]
+
+
+def markdown(rs: list[dict[str, Any]]) -> str:
+    head = "| Config | tok/s (avg) | tok/s (peak) | accept len (incl. bonus) | vs baseline |"
+    sep = "|---|:-:|:-:|:-:|:-:|"
+    return "\n".join([head, sep] + ["| " + " | ".join(c) + " |" for c in table_lines(rs)])
+
+
+def rich_table(rs: list[dict[str, Any]]) -> Any:
+    from rich.table import Table
+
+    metric = rs[0]["metric"] if rs else "decode_tok_s"
+    t = Table(title=f"tok/s = {metric.replace('_tok_s', '')} tok/s per stream; accept len incl. bonus",
+              title_justify="left")
+    t.add_column("Config")
+    for c in ("tok/s (avg)", "tok/s (peak)", "accept len", "vs baseline"):
+        t.add_column(c, justify="right")
+    for cells in table_lines(rs):
+        t.add_row(*cells)
+    return t
