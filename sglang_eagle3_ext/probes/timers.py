@@ -96,16 +96,16 @@ class EventTimer:
         return float(start.elapsed_time(end))
 
     def release(self, keep: Any) -> None:
-        # `keep` is the newest mark (the open cycle's start): move it to slot 0 so the next
-        # window cannot overwrite it before it is read.
-        last = self._i - 1
-        if last >= 0 and self._pool[last] is not keep:
-            last = next((j for j, e in enumerate(self._pool) if e is keep), -1)
-        if last >= 0:
-            self._pool[0], self._pool[last] = self._pool[last], self._pool[0]
-            self._i = 1
-        else:
-            self._i = 0
+        # `keep` (optional) is a mark that still belongs to an open cycle: move it to slot 0 so
+        # the next window cannot overwrite it before it is read.
+        self._i = 0
+        if keep is None:
+            return
+        for j, ev in enumerate(self._pool):
+            if ev is keep:
+                self._pool[0], self._pool[j] = ev, self._pool[0]
+                self._i = 1
+                return
 
     @property
     def pool_size(self) -> int:

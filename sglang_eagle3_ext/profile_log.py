@@ -1,0 +1,342 @@
+"""Read what the probes wrote: ``eagle3_prof/1`` JSONL files and server logs with EAGLE3_PROF blocks.
+
+Both come back as the same record dicts (the JSONL schema of docs/architecture.md), so the
+analysis never cares where a number came from. Blocks written by the seeds' hand patch are
+*legacy*: their "tok accepted" / "Accept len" / "Eff tok/s" counted accepted draft tokens only.
+They are converted to tokens per cycle incl. the bonus token, and every conversion is reported in
+``ProfileRun.notes``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import UserError
+from .probes.window import CYCLE, PHASES, SCHEMA, per_position_rates
+
+_NUM = r"(\d+(?:\.\d+)?)"
+_HEADER = re.compile(
+    r"EAGLE3_PROF \((?P<cycles>\d+) cycles, (?P<tok>\d+) tok (?P<what>accepted|incl\. bonus)"
+    r"(?:, (?P<req>\d+) verifies)?\)"
+    r"(?: window (?P<window>\d+))?(?:, mode (?P<mode>\w+))?(?:, rank (?P<rank>\d+))?"
+)
+_LABEL_TO_PHASE = {
+    "Draft steps": "draft",
+    "Target verify": "verify",
+    "Draft re-extend": "extend",
+    "Other overhead": "other",
+}
+_PHASE_LINE = re.compile(
+    r"(?P<label>Draft steps|Target verify|Draft re-extend|Other overhead):\s*(?P<rest>.*)$"
+)
+_PHASE_VALUE = re.compile(_NUM + r" ms/cyc\s*\(\s*" + _NUM + r"%\)")
+_TOTAL_LINE = re.compile(r"TOTAL:\s*(?P<rest>.*)$")
+_TOTAL_VALUE = re.compile(_NUM + r" ms/cyc")
+_ACCEPT_LINE = re.compile(r"Accept len:\s*(?P<rest>.*)$")
+_ACCEPT_VALUE = re.compile(r"(?:" + _NUM + r"|n/a)(?P<bonus>\s*\(incl\. bonus\))?")
+_TPS_LINE = re.compile(r"Eff tok/s:\s*(?P<rest>.*)$")
+_POS_LINE = re.compile(r"Accept by pos:\s*(?P<rest>.*?)\s*\(conditional\)")
+_MODE_LINE = re.compile(r"Timing mode:\s*(?P<mode>\w+)")
+_CONFIG_LINE = re.compile(
+    r"Config:\s*steps (?P<steps>\S+), topk (?P<topk>\S+), draft tokens (?P<dt>[^;]+); "
+    r"SGLang (?P<ver>[^;]+); route (?P<route>\S+)"
+)
+
+
+@dataclass
+class ProfileRun:
+    """Everything read from one file: its window records and what was converted or assumed."""
+
+    path: str
+    kind: str  # "jsonl" | "log"
+    records: list[dict[str, Any]]
+    notes: list[str] = field(default_factory=list)
+
+
+def _full_number(rest: str, pattern: re.Pattern[str]) -> re.Match[str] | None:
+    m = pattern.match(rest.strip())
+    return m
+
+
+def _opt_int(s: str) -> int | None:
+    s = s.strip()
+    return int(s) if s.isdigit() else None
+
+
+class _Block:
+    def __init__(self, line: int) -> None:
+        self.line = line
+        self.header: re.Match[str] | None = None
+        self.phases: dict[str, float] = {}
+        self.pct: dict[str, float] = {}
+        self.total: float | None = None
+        self.accept: float | None = None
+        self.accept_bonus: bool | None = None
+        self.tps: float | None = None
+        self.per_position: list[float | None] = []
+        self.mode: str | None = None
+        self.config: re.Match[str] | None = None
+        self.truncated: list[str] = []
+
+    @property
+    def has_body(self) -> bool:
+        return bool(self.phases) or self.total is not None
+
+
+def _scan_blocks(text: str) -> list[_Block]:
+    """Find EAGLE3_PROF blocks; a block is a header and/or a run of known body lines."""
+    blocks: list[_Block] = []
+    cur: _Block | None = None
+    for lineno, line in enumerate(text.splitlines(), 1):
+        h = _HEADER.search(line)
+        if h:
+            cur = _Block(lineno)
+            cur.header = h
+            blocks.append(cur)
+            continue
+        m = _PHASE_LINE.search(line)
+        if m:
+            phase = _LABEL_TO_PHASE[m["label"]]
+            if cur is None or phase in cur.phases or phase in cur.truncated:
+                cur = _Block(lineno)  # a body without a header line (e.g. cut by `grep | tail`)
+                blocks.append(cur)
+            v = _full_number(m["rest"], _PHASE_VALUE)
+            if v:
+                cur.phases[phase] = float(v[1])
+                cur.pct[phase] = float(v[2])
+            else:
+                cur.truncated.append(phase)
+            continue
+        if cur is None:
+            continue
+        if m := _TOTAL_LINE.search(line):
+            v = _full_number(m["rest"], _TOTAL_VALUE)
+            if v:
+                cur.total = float(v[1])
+            else:
+                cur.truncated.append("total")
+        elif m := _ACCEPT_LINE.search(line):
+            v = _full_number(m["rest"], _ACCEPT_VALUE)
+            if v and v.group(0):
+                cur.accept = float(v[1]) if v[1] else None
+                cur.accept_bonus = bool(v["bonus"])
+            else:
+                cur.truncated.append("accept_len")
+        elif m := _TPS_LINE.search(line):
+            v = re.match(_NUM, m["rest"].strip())
+            if v:
+                cur.tps = float(v[1])
+            elif not m["rest"].strip().startswith("n/a"):
+                cur.truncated.append("eff_tok_s")
+        elif m := _POS_LINE.search(line):
+            cur.per_position = [None if x == "n/a" else float(x) for x in m["rest"].split()]
+        elif m := _MODE_LINE.search(line):
+            cur.mode = m["mode"]
+        elif m := _CONFIG_LINE.search(line):
+            cur.config = m
+        else:
+            cur = None  # any other line ends the block
+    return blocks
+
+
+def _block_record(b: _Block, index: int, path: str, notes: list[str]) -> dict[str, Any]:
+    where = f"{path}:{b.line}"
+    h = b.header
+    legacy = h is not None and h["what"] == "accepted" or (h is None and b.accept_bonus is False)
+    if h is None and b.accept_bonus is None:
+        legacy = True  # no header and no accept line: the only writer of such blocks is the seeds' patch
+    missing = [p for p in PHASES if p not in b.phases]
+    if b.total is None and missing:
+        raise UserError(f"{where}: EAGLE3_PROF block lacks {', '.join(missing)} and TOTAL; cannot read it")
+    phases = {p: {"mean_ms": b.phases.get(p), "p50_ms": None, "p90_ms": None} for p in PHASES}
+    total = b.total
+    if total is None:
+        total = round(sum(b.phases.values()), 4)
+        notes.append(f"{where}: TOTAL line is cut off; cycle time taken as the sum of the phases ({total:.2f} ms)")
+    phases[CYCLE] = {"mean_ms": total, "p50_ms": None, "p90_ms": None}
+    cut = [t for t in b.truncated if t != "total"]
+    if cut:
+        notes.append(f"{where}: cut-off line(s) ignored: {', '.join(cut)}")
+
+    cycles = int(h["cycles"]) if h else None
+    rec: dict[str, Any] = {
+        "schema": SCHEMA, "window": index, "cycles": cycles, "phases": phases,
+        "source": "log", "line": b.line,
+    }
+    if legacy:
+        rec["mode"] = "wall"  # the seeds' patch used perf_counter
+        rec["legacy"] = {"accept_len_drafts_only": b.accept, "eff_tok_s_drafts_only": b.tps}
+        if h is not None:
+            acc = int(h["tok"])
+            rec.update(requests=cycles, accepted_drafts=acc, tokens=acc + cycles)
+            accept_len = acc / cycles + 1.0 if cycles else None
+            how = f"({acc}/{cycles} + 1)"
+        elif b.accept is not None:
+            rec.update(requests=None, accepted_drafts=None, tokens=None)
+            accept_len = b.accept + 1.0
+            how = f"({b.accept:.2f} + 1)"
+        else:
+            rec.update(requests=None, accepted_drafts=None, tokens=None)
+            accept_len = None
+            how = ""
+        rec["accept_len"] = round(accept_len, 4) if accept_len is not None else None
+        rec["eff_tok_s"] = round(accept_len * 1000.0 / total, 2) if (accept_len and total) else None
+        if accept_len is not None:
+            old_al = f"Accept len {b.accept:.2f}" if b.accept is not None else f"{h['tok']} tok accepted"
+            old_tps = f", Eff tok/s {b.tps:.1f} -> {rec['eff_tok_s']:.1f}" if b.tps is not None else (
+                f", Eff tok/s -> {rec['eff_tok_s']:.1f}")
+            notes.append(
+                f"{where}: legacy block counted accepted drafts only; converted {old_al} -> "
+                f"{accept_len:.3f} tokens per cycle incl. bonus {how}{old_tps} "
+                f"(assumes one request per cycle, as the seeds' single-stream runs had)"
+            )
+        rec["spec"] = {"steps": None, "topk": None, "draft_tokens": None}
+        rec["per_position"] = []
+        return rec
+
+    # our own block
+    req = int(h["req"]) if h and h["req"] else None
+    tokens = int(h["tok"]) if h else None
+    rec.update(
+        requests=req,
+        tokens=tokens,
+        accepted_drafts=(tokens - req) if (tokens is not None and req is not None) else None,
+        accept_len=b.accept,
+        eff_tok_s=b.tps,
+        per_position=b.per_position,
+        mode=(b.mode or (h["mode"] if h else None)),
+        rank=int(h["rank"]) if h and h["rank"] else None,
+    )
+    if h and h["window"]:
+        rec["window"] = int(h["window"])
+    if b.config:
+        c = b.config
+        rec["spec"] = {"steps": _opt_int(c["steps"]), "topk": _opt_int(c["topk"]),
+                       "draft_tokens": _opt_int(c["dt"])}
+        rec["sglang_version"] = None if c["ver"].strip() == "?" else c["ver"].strip()
+        rec["route"] = None if c["route"] == "?" else c["route"]
+    else:
+        rec["spec"] = {"steps": None, "topk": None, "draft_tokens": None}
+    return rec
+
+
+_REQUIRED = ("cycles", "phases", "mode")
+
+
+def _check_record(rec: Any, where: str) -> dict[str, Any]:
+    if not isinstance(rec, dict):
+        raise UserError(f"{where}: a JSONL line must be an object, got {type(rec).__name__}")
+    if rec.get("schema") != SCHEMA:
+        raise UserError(f"{where}: schema is {rec.get('schema')!r}, expected {SCHEMA!r}")
+    for k in _REQUIRED:
+        if k not in rec:
+            raise UserError(f"{where}: record lacks {k!r}")
+    phases = rec["phases"]
+    try:
+        for p in (*PHASES, CYCLE):
+            float(phases[p]["mean_ms"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UserError(f"{where}: phases must hold mean_ms for draft/verify/extend/other/cycle ({exc})") from None
+    return rec
+
+
+def load(path: str | Path) -> ProfileRun:
+    """Read one file (JSONL from EAGLE3_PROFILE_OUT, or any text log with EAGLE3_PROF blocks)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    if first.startswith("{"):
+        records = []
+        for i, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise UserError(f"{path}:{i}: not valid JSON ({exc.msg})") from None
+            records.append(_check_record(rec, f"{path}:{i}"))
+        return ProfileRun(str(path), "jsonl", records)
+    notes: list[str] = []
+    blocks = [b for b in _scan_blocks(text) if b.has_body]
+    if not blocks:
+        raise UserError(f"{path}: no EAGLE3_PROF block and no {SCHEMA} JSONL record found")
+    records = [_block_record(b, i, str(path), notes) for i, b in enumerate(blocks, 1)]
+    return ProfileRun(str(path), "log", records, notes)
+
+
+def _wavg(pairs: list[tuple[float, float]]) -> float | None:
+    tw = sum(w for _, w in pairs)
+    return sum(v * w for v, w in pairs) / tw if tw else None
+
+
+def summarize(run: ProfileRun) -> dict[str, Any]:
+    """One record-shaped summary of all windows in a run (cycle-weighted means).
+
+    Per-window percentiles cannot be merged, so the summary keeps means only; accept length is
+    recomputed from the summed counts when every window has them.
+    """
+    recs = run.records
+    w = [float(r.get("cycles") or 1) for r in recs]
+    phases = {}
+    for p in (*PHASES, CYCLE):
+        vals = [(r["phases"][p]["mean_ms"], wi) for r, wi in zip(recs, w, strict=True)
+                if r["phases"].get(p, {}).get("mean_ms") is not None]
+        phases[p] = {"mean_ms": round(v, 4) if (v := _wavg(vals)) is not None else None}
+    counts = all(r.get("requests") and r.get("accepted_drafts") is not None for r in recs)
+    if counts:
+        req = sum(r["requests"] for r in recs)
+        acc = sum(r["accepted_drafts"] for r in recs)
+        accept_len: float | None = acc / req + 1.0
+    else:
+        req = acc = None
+        vals = [(r["accept_len"], wi) for r, wi in zip(recs, w, strict=True) if r.get("accept_len") is not None]
+        accept_len = _wavg(vals)
+    spec: dict[str, Any] = {"steps": None, "topk": None, "draft_tokens": None}
+    for r in recs:
+        for k, v in (r.get("spec") or {}).items():
+            if v is not None:
+                spec[k] = v
+    per_position: list[float | None] = []
+    if all(r.get("accept_hist") for r in recs) and recs:
+        hist: dict[int, int] = {}
+        for r in recs:
+            for n, c in r["accept_hist"].items():
+                hist[int(n)] = hist.get(int(n), 0) + int(c)
+        steps = spec["steps"] or max(hist)
+        per_position = per_position_rates(hist, steps)
+    else:
+        pos_recs = [(r["per_position"], wi) for r, wi in zip(recs, w, strict=True) if r.get("per_position")]
+        if pos_recs:
+            n = max(len(p) for p, _ in pos_recs)
+            for i in range(n):
+                vals = [(p[i], wi) for p, wi in pos_recs if i < len(p) and p[i] is not None]
+                v = _wavg(vals)
+                per_position.append(round(v, 4) if v is not None else None)
+    cycle_ms = phases[CYCLE]["mean_ms"]
+    cycles = [r.get("cycles") for r in recs]
+    modes = sorted({str(r.get("mode")) for r in recs})
+    return {
+        "file": run.path,
+        "kind": run.kind,
+        "windows": len(recs),
+        "cycles": sum(c for c in cycles if c) if all(cycles) else None,
+        "requests": req,
+        "accepted_drafts": acc,
+        "accept_len": round(accept_len, 4) if accept_len is not None else None,
+        "per_position": per_position,
+        "phases": phases,
+        "eff_tok_s": round(accept_len * 1000.0 / cycle_ms, 2) if (accept_len and cycle_ms) else None,
+        "mode": "+".join(modes),
+        "spec": spec,
+        "sglang_version": next((r.get("sglang_version") for r in reversed(recs) if r.get("sglang_version")), None),
+        "route": next((r.get("route") for r in reversed(recs) if r.get("route")), None),
+        "legacy": any("legacy" in r for r in recs),
+        "notes": list(run.notes),
+    }
