@@ -142,7 +142,7 @@ def format_block(rec: Mapping[str, Any]) -> str:
     lines.append(f"  Eff tok/s:       {'n/a' if tps is None else f'{tps:.1f}'}")
     pos = rec.get("per_position") or []
     if pos:
-        lines.append("  Accept by pos:   " + " ".join("n/a" if r is None else f"{r:.2f}" for r in pos)
+        lines.append("  Accept by pos:   " + " ".join("n/a" if r is None else f"{r:.3f}" for r in pos)
                      + " (conditional)")
     lines.append(f"  Timing mode:     {rec['mode']}")
     sp = rec.get("spec") or {}
