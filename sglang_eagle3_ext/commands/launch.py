@@ -1,0 +1,200 @@
+"""`sgl-eagle3 launch`: start a (profiled) SGLang server with validated speculative flags."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import signal
+from pathlib import Path
+
+from ..console import err, out
+
+HELP = "Start an SGLang server from a preset and/or flags, after checking the speculative flags."
+
+EPILOG = """\
+Examples:
+  sgl-eagle3 launch kimi-k25-eagle3 --dry-run
+  sgl-eagle3 launch tiny --profile --profile-out prof.jsonl
+  sgl-eagle3 launch --model M --draft D --steps 2 --topk 1 --draft-tokens 3 -- --mem-fraction-static 0.8
+Everything after `--` goes to SGLang unchanged (after the same checks).
+"""
+
+
+def _add_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("model and speculation")
+    g.add_argument("--model", metavar="PATH", help="target model folder (holds config.json)")
+    g.add_argument("--draft", metavar="PATH", help="draft model folder (EAGLE-3 draft for EAGLE3)")
+    g.add_argument("--algorithm", metavar="ALGO", help="EAGLE3 (default) or EAGLE (NEXTN = EAGLE)")
+    g.add_argument("--steps", type=int, help="--speculative-num-steps")
+    g.add_argument("--topk", type=int, help="--speculative-eagle-topk")
+    g.add_argument("--draft-tokens", type=int, help="--speculative-num-draft-tokens")
+    g.add_argument("--no-spec", action="store_true", default=None, help="plain decoding (a baseline)")
+    g.add_argument("--tp", type=int, help="tensor parallel size")
+    g.add_argument("--aux-layers", metavar="LAYERS",
+                   help="target layers feeding the EAGLE-3 draft: outputs of decoder layers, 0-based "
+                        "(e.g. 2,30,58; 'emb' = embedding) -> SGLANG_EAGLE3_AUX_LAYERS")
+    g = p.add_argument_group("environment and profiling")
+    g.add_argument("--nccl", metavar="PRESET", help="NCCL preset from launch/nccl.yaml, or none")
+    g.add_argument("--profile", action="store_true", default=None, help="EAGLE3_PROFILE=1 (probes on)")
+    g.add_argument("--profile-every", type=int, metavar="N", help="cycles per profile window")
+    g.add_argument("--profile-mode", metavar="MODE", help="events | wall | sync")
+    g.add_argument("--profile-out", metavar="FILE", help="JSONL file for window records")
+    g = p.add_argument_group("process")
+    g.add_argument("--host", help="HTTP host (default 127.0.0.1)")
+    g.add_argument("--port", type=int, help="HTTP port (default 30000)")
+    g.add_argument("--log", metavar="FILE", help="server log file (default ./sgl-eagle3-logs/...)")
+    g.add_argument("--timeout", type=float, metavar="S", help="seconds to wait for health (default 1800)")
+    g.add_argument("--detach", action="store_true", help="leave it running; write a pid file for `stop`")
+    g.add_argument("--pid-file", metavar="FILE", help="pid file for --detach (default ~/.cache/...)")
+    g.add_argument("--nnodes", type=int, help="multi-node: print the command for every node")
+    g.add_argument("--dist-init-addr", metavar="HOST:PORT", help="node 0's address (multi-node)")
+    g.add_argument("--dry-run", action="store_true", help="print argv and env additions; start nothing")
+    g.add_argument("--no-sglang-check", action="store_true",
+                   help="skip SGLang's own argument resolution/check (a child Python, ~10 s)")
+    g.add_argument("--python", metavar="EXE", help="Python that runs SGLang (default: this one)")
+    g.add_argument("--server-module", help=argparse.SUPPRESS)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = EPILOG
+    _add_options(p)
+    # REMAINDER keeps `--` and everything after it; run() splits preset / options / SGLang args.
+    p.add_argument("words", nargs=argparse.REMAINDER, metavar="[PRESET] [-- SGLANG_ARGS]",
+                   help="a preset name (launch/*.yaml) or YAML path, then `--` and extra SGLang args")
+
+
+def _split_words(args: argparse.Namespace) -> tuple[str | None, list[str]]:
+    """Options may follow the preset name; REMAINDER swallowed them, so parse them again here."""
+    words = list(args.words or [])
+    extra: list[str] = []
+    if "--" in words:
+        i = words.index("--")
+        words, extra = words[:i], words[i + 1:]
+    if not words:
+        return None, extra
+    p = argparse.ArgumentParser(prog="sgl-eagle3 launch", add_help=False)
+    _add_options(p)
+    p.add_argument("--sglang-root")
+    p.add_argument("preset", nargs="?")
+    p.parse_args(words, namespace=args)  # argparse errors exit 2 with usage, like the main parser
+    return args.preset, extra
+
+
+def build_config(args: argparse.Namespace):
+    from .. import server
+
+    preset, extra = _split_words(args)
+    cfg = server.load_preset(preset) if preset else server.LaunchConfig()
+    cfg = server.override(
+        cfg, model=args.model, draft=args.draft, algorithm=args.algorithm, steps=args.steps,
+        topk=args.topk, draft_tokens=args.draft_tokens, no_spec=args.no_spec, tp=args.tp,
+        nccl=args.nccl, profile=args.profile, profile_every=args.profile_every,
+        profile_mode=args.profile_mode, profile_out=args.profile_out, aux_layers=args.aux_layers,
+        host=args.host, port=args.port, log=args.log, timeout=args.timeout, nnodes=args.nnodes,
+        dist_init_addr=args.dist_init_addr, python=args.python, server_module=args.server_module,
+        sglang_check=False if args.no_sglang_check else None,
+    )
+    if extra:
+        cfg.extra_args = list(cfg.extra_args) + extra
+    return cfg
+
+
+def _print_command(argv: list[str], env: dict[str, str], title: str | None = None) -> None:
+    if title:
+        out.print(f"# {title}", highlight=False, markup=False)
+    if env:
+        out.print("# env additions", highlight=False, markup=False)
+        for k, v in env.items():
+            out.print(f"{k}={shlex.quote(v)}", highlight=False, markup=False)
+    else:
+        out.print("# env additions: none", highlight=False, markup=False)
+    out.print("# command", highlight=False, markup=False)
+    parts, line = [], [shlex.quote(a) for a in argv[:3]]
+    for a in argv[3:]:
+        if a.startswith("--") and line:
+            parts.append(" ".join(line))
+            line = []
+        line.append(shlex.quote(a))
+    parts.append(" ".join(line))
+    out.print(" \\\n    ".join(parts), highlight=False, markup=False)
+
+
+def _notes(notes: list[str]) -> None:
+    for n in notes:
+        err.print(f"note: {n}", highlight=False, markup=False)
+
+
+def run(args: argparse.Namespace) -> int:
+    from .. import flags, server
+    from ..sglang_env import locate
+
+    cfg = build_config(args)
+    env = locate(args.sglang_root)
+    notes = flags.validate(cfg, env, sglang_check=False if args.no_sglang_check else None)
+    _notes(notes)
+
+    if args.dry_run or cfg.nnodes > 1:
+        if cfg.nnodes > 1:
+            out.print(f"# {cfg.nnodes} nodes: run one command per node (same env everywhere); "
+                      f"nothing was started", highlight=False, markup=False)
+            for rank, (argv, add) in enumerate(server.node_commands(cfg)):
+                _print_command(argv, add, title=f"node {rank}")
+        else:
+            argv, add = server.build_command(cfg)
+            _print_command(argv, add, title=f"SGLang {env.version}; dry run, nothing started")
+        return 0
+
+    live = err.is_terminal
+    status_ctx = err.status("starting SGLang", spinner="dots") if live else None
+
+    def on_status(text: str) -> None:
+        if status_ctx is not None:
+            status_ctx.update(f"SGLang: {text}  (log {srv.log_path})")
+        else:
+            err.print(f"[launch] {text}", highlight=False, markup=False)
+
+    srv = server.Server(cfg, on_status=on_status)
+
+    def on_term(signum, frame):  # SIGTERM -> same path as Ctrl-C: stop the whole group
+        raise KeyboardInterrupt
+
+    old_term = signal.signal(signal.SIGTERM, on_term)
+    ready = False
+    try:
+        err.print(f"log: {srv.log_path}", highlight=False, markup=False)
+        try:
+            if status_ctx is not None:
+                with status_ctx:
+                    srv.start(wait=True)
+            else:
+                srv.start(wait=True)
+        except server.ServerFailed as exc:
+            err.print(f"--- last {len(exc.log_tail)} lines of {srv.log_path} ---", highlight=False, markup=False)
+            for line in exc.log_tail:
+                err.print(line, highlight=False, markup=False)
+            raise
+        ready = True
+        if args.detach:
+            pid_file = Path(args.pid_file).expanduser() if args.pid_file else server.default_pid_file(cfg)
+            server.write_pid_file(srv, pid_file)
+            out.print(f"ready: {srv.url} (pid {srv.pid}, pgid {srv.pgid})", highlight=False, markup=False)
+            out.print(f"pid file: {pid_file}; stop with: sgl-eagle3 stop --pid-file {shlex.quote(str(pid_file))}",
+                      highlight=False, markup=False)
+            return 0
+        out.print(f"ready: {srv.url} (pid {srv.pid}); Ctrl-C stops it", highlight=False, markup=False)
+        rc = srv.wait()
+        tail = srv.tail()
+        err.print(f"server exited with code {rc}; last {len(tail)} log lines:", highlight=False, markup=False)
+        for line in tail:
+            err.print(line, highlight=False, markup=False)
+        return 1
+    except KeyboardInterrupt:
+        err.print("stopping the server (whole process group)...", highlight=False, markup=False)
+        srv.stop()
+        return 0 if ready else 130
+    finally:
+        signal.signal(signal.SIGTERM, old_term)
+        if not (args.detach and ready) and srv.is_running():
+            srv.stop()
+

@@ -1,0 +1,494 @@
+"""Speculative-flag rules per SGLang release, checked before any server process starts.
+
+SGLang accepts nonsense silently (steps 0, topk 0, 64 draft tokens for a 2-step topk-4 tree, EAGLE
+with an EAGLE-3 draft, EAGLE3 without a draft) and fixes some values behind the user's back
+(draft tokens := steps + 1 when topk == 1). A model load can take 15 minutes, so every rule here
+runs first, statically, against the *source* of the release in use (no import), and then, when
+that same release is importable, SGLang's own resolution and checks run in a child process.
+
+Each mirrored SGLang rule cites release + file:line (paths relative to ``sglang/srt/``).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .errors import UserError
+from .sglang_env import SGLangEnv, parse_version
+
+if TYPE_CHECKING:
+    from .server import LaunchConfig
+
+ALGORITHMS = ("EAGLE", "EAGLE3")
+# NEXTN is SGLang's alias of EAGLE in every release (0.5.23 arg_groups/speculative_hook.py:107-113).
+ALGORITHM_ALIASES = {"NEXTN": "EAGLE"}
+PROFILE_MODES = ("events", "wall", "sync")
+
+# Spec flags the wrapper owns: given through `-- extra args` they would bypass every rule here.
+OWNED_FLAGS = {
+    "--speculative-algorithm": "--algorithm",
+    "--speculative-draft-model-path": "--draft",
+    "--speculative-draft-model": "--draft",
+    "--speculative-num-steps": "--steps",
+    "--speculative-eagle-topk": "--topk",
+    "--speculative-num-draft-tokens": "--draft-tokens",
+    "--model-path": "--model",
+    "--model": "--model",
+    "--tp-size": "--tp",
+    "--tp": "--tp",
+    "--tensor-parallel-size": "--tp",
+    "--host": "--host",
+    "--port": "--port",
+    "--nnodes": "--nnodes",
+    "--node-rank": "--nnodes (ranks are printed per node)",
+    "--dist-init-addr": "--dist-init-addr",
+}
+
+# Targets whose checkpoint carries its own MTP/NextN draft layer: SGLang sets the draft path to the
+# model path for them, so plain EAGLE needs no --draft (0.5.23 arg_groups/speculative_hook.py:1121-1151;
+# 0.5.9 server_args.py _handle_speculative_decoding has the DeepSeek/GLM/Bailing subset).
+MTP_TARGET_ARCHS = frozenset({
+    "DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV4ForCausalLM",
+    "DeepseekV2ForCausalLM", "Glm4MoeForCausalLM", "Glm4MoeLiteForCausalLM", "GlmMoeDsaForCausalLM",
+    "BailingMoeForCausalLM", "BailingMoeV2ForCausalLM", "BailingMoeV2_5ForCausalLM",
+    "MistralLarge3ForCausalLM", "PixtralForConditionalGeneration", "HYV3ForCausalLM",
+    "HYV4ForCausalLM", "Qwen4ExpForConditionalGeneration",
+})
+
+_FLAG_RE = re.compile(r"^--[a-z0-9][a-z0-9-]*$")
+
+
+# --------------------------------------------------------------------------------------------
+# What a release offers, read from its source (no import)
+# --------------------------------------------------------------------------------------------
+
+def _is_A_annotation(node: ast.expr) -> bool:
+    return isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "A"
+
+
+def _no_cli(node: ast.expr) -> bool:
+    return any(
+        isinstance(kw, ast.keyword) and kw.arg == "no_cli" and isinstance(kw.value, ast.Constant)
+        and kw.value.value is True
+        for call in ast.walk(node) if isinstance(call, ast.Call) for kw in call.keywords
+    )
+
+
+@lru_cache(maxsize=16)
+def _known_flags(package_dir: str) -> frozenset[str]:
+    srt = Path(package_dir) / "srt"
+    files = [srt / "server_args.py", *sorted((srt / "arg_groups").rglob("*.py"))]
+    flags: set[str] = set()
+    for f in files:
+        if not f.is_file():
+            continue
+        tree = ast.parse(f.read_text(encoding="utf-8"), filename=str(f))
+        for node in ast.walk(tree):
+            # argparse names and Arg(aliases=[...], cli_name=...) strings (<= 0.5.15 and later).
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and _FLAG_RE.match(node.value):
+                flags.add(node.value)
+            # `field: A[T, ...]` becomes `--field` (0.5.14+ server_args.py; 0.5.20+
+            # arg_groups/fields/*.py; 0.5.23 arg_groups/arg_utils.py:288-330), unless no_cli=True.
+            elif (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                  and _is_A_annotation(node.annotation) and not _no_cli(node.annotation)):
+                flags.add("--" + node.target.id.replace("_", "-"))
+    return frozenset(flags)
+
+
+def known_flags(env: SGLangEnv) -> frozenset[str]:
+    """Every `--flag` that `python -m sglang.launch_server` of this release accepts."""
+    return _known_flags(str(env.package_dir))
+
+
+@lru_cache(maxsize=16)
+def _eagle3_archs(package_dir: str) -> frozenset[str]:
+    names: set[str] = set()
+    for f in sorted((Path(package_dir) / "srt" / "models").glob("*.py")):
+        text = f.read_text(encoding="utf-8", errors="replace")
+        for m in re.finditer(r"^EntryClass\s*=\s*\[?([^\]\n]*)", text, re.M):
+            names.update(n.strip() for n in m.group(1).split(",") if "Eagle3" in n)
+    return frozenset(n for n in names if n)
+
+
+def eagle3_archs(env: SGLangEnv) -> frozenset[str]:
+    """EAGLE-3 draft architectures this release can load (its models/*.py EntryClass names)."""
+    return _eagle3_archs(str(env.package_dir))
+
+
+def read_architecture(path: str | Path, what: str) -> str:
+    """architectures[0] of a model folder's config.json; UserError(2) when it isn't there."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise UserError(f"{what} {p}: no such folder (local paths only; nothing is downloaded)", 2)
+    cfg_file = p / "config.json"
+    if not cfg_file.is_file():
+        raise UserError(f"{what} {p}: no config.json inside (is this a model folder?)", 2)
+    try:
+        cfg = json.loads(cfg_file.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UserError(f"{what} {cfg_file}: cannot read it as JSON ({exc})", 2) from exc
+    archs = cfg.get("architectures") if isinstance(cfg, dict) else None
+    if not archs or not isinstance(archs, list):
+        raise UserError(f"{what} {cfg_file}: no 'architectures' list", 2)
+    return str(archs[0])
+
+
+# --------------------------------------------------------------------------------------------
+# Extra SGLang args: the few values the rules need to see
+# --------------------------------------------------------------------------------------------
+
+def extra_flags(extra: list[str]) -> dict[str, str | bool]:
+    """`--flag value`, `--flag=value` and bare `--flag` from the pass-through args."""
+    out: dict[str, str | bool] = {}
+    i = 0
+    while i < len(extra):
+        tok = extra[i]
+        if tok.startswith("--"):
+            if "=" in tok:
+                k, v = tok.split("=", 1)
+                out[k] = v
+            elif i + 1 < len(extra) and not extra[i + 1].startswith("--"):
+                out[tok] = extra[i + 1]
+                i += 1
+            else:
+                out[tok] = True
+        i += 1
+    return out
+
+
+def _int_value(flags: dict[str, str | bool], name: str) -> int | None:
+    v = flags.get(name)
+    if v is None or v is True:
+        return None
+    try:
+        return int(str(v))
+    except ValueError as exc:
+        raise UserError(f"{name} {v!r}: not an integer", 2) from exc
+
+
+# --------------------------------------------------------------------------------------------
+# The rules
+# --------------------------------------------------------------------------------------------
+
+def _fail(msg: str) -> UserError:
+    return UserError(msg, exit_code=2)
+
+
+def normalise_algorithm(name: str | None) -> str:
+    algo = (name or "EAGLE3").upper()
+    algo = ALGORITHM_ALIASES.get(algo, algo)
+    if algo not in ALGORITHMS:
+        raise _fail(f"--algorithm {name}: this wrapper launches EAGLE or EAGLE3 (NEXTN = EAGLE)")
+    return algo
+
+
+def _check_basic(cfg: LaunchConfig) -> None:
+    if cfg.tp is not None and cfg.tp < 1:
+        raise _fail(f"--tp {cfg.tp}: must be >= 1")
+    if not 1 <= int(cfg.port) <= 65535:
+        raise _fail(f"--port {cfg.port}: must be 1-65535")
+    if cfg.timeout is not None and cfg.timeout <= 0:
+        raise _fail(f"--timeout {cfg.timeout}: must be > 0 seconds")
+    if cfg.nnodes < 1:
+        raise _fail(f"--nnodes {cfg.nnodes}: must be >= 1")
+    if cfg.nnodes > 1 and not cfg.dist_init_addr:
+        raise _fail("--nnodes > 1 needs --dist-init-addr HOST:PORT (node 0's address, same on every node)")
+    if cfg.profile_mode is not None and cfg.profile_mode not in PROFILE_MODES:
+        raise _fail(f"--profile-mode {cfg.profile_mode}: choose one of {', '.join(PROFILE_MODES)}")
+    if cfg.profile_every is not None and cfg.profile_every < 1:
+        raise _fail(f"--profile-every {cfg.profile_every}: must be >= 1 (cycles per window)")
+    if not cfg.profile and (cfg.profile_every or cfg.profile_mode or cfg.profile_out):
+        raise _fail("--profile-every/--profile-mode/--profile-out need --profile")
+    if cfg.aux_layers is not None:
+        from .layers import parse_layers  # UserError(2) with the reason
+
+        parse_layers(str(cfg.aux_layers))
+    if not cfg.model:
+        raise _fail("no target model: give --model PATH (or a preset that sets model:)")
+
+
+def _check_spec_values(cfg: LaunchConfig, extra: dict[str, str | bool]) -> None:
+    given = {"--steps": cfg.steps, "--topk": cfg.topk, "--draft-tokens": cfg.draft_tokens}
+    if cfg.no_spec:
+        extra_spec = [k for k in ("--draft",) if cfg.draft] + [k for k, v in given.items() if v is not None]
+        if extra_spec:
+            raise _fail(f"--no-spec conflicts with {', '.join(extra_spec)} (drop them, or drop --no-spec)")
+        return
+    present = [k for k, v in given.items() if v is not None]
+    if not present:
+        if "--speculative-adaptive" in extra:
+            return  # adaptive picks steps/topk itself (0.5.23 arg_groups/speculative_hook.py step 8)
+        raise _fail("give --steps, --topk and --draft-tokens together (or --no-spec); SGLang's "
+                    "automatic choice depends on the target architecture and the release")
+    if len(present) != 3:
+        missing = [k for k, v in given.items() if v is None]
+        # SGLang: only topk/ndt -> bare AssertionError; only steps -> TypeError on None > int
+        # (0.5.23 arg_groups/speculative_hook.py:1156-1160 and :1274).
+        raise _fail(f"{', '.join(present)} given without {', '.join(missing)}: the three speculative "
+                    f"values go together (SGLang fails with a bare AssertionError/TypeError otherwise)")
+    steps, topk, ndt = cfg.steps, cfg.topk, cfg.draft_tokens
+    assert steps is not None and topk is not None and ndt is not None
+    # SGLang accepts 0 / negatives for all three (no check in any release, reference 2a).
+    if steps < 1:
+        raise _fail(f"--steps {steps}: must be >= 1 (SGLang treats 0 as 'drafting disabled')")
+    if topk < 1:
+        raise _fail(f"--topk {topk}: must be >= 1")
+    if ndt < 1:
+        raise _fail(f"--draft-tokens {ndt}: must be >= 1")
+    if topk == 1 and ndt != steps + 1:
+        # SGLang rewrites ndt := steps + 1 with only a warning, every release
+        # (0.4.10.post2 server_args.py:576; 0.5.9 server_args.py:2448; 0.5.23 speculative_hook.py:1256-1266).
+        raise _fail(f"--topk 1 (a chain) verifies steps + 1 tokens: use --draft-tokens {steps + 1} with "
+                    f"--steps {steps} (SGLang would silently replace {ndt} by {steps + 1})")
+    if ndt > steps * topk + 1:
+        # No upper bound in SGLang (the check is commented out in 0.4.x; version map section 6 rule 4).
+        raise _fail(f"--draft-tokens {ndt}: a tree of {steps} steps x topk {topk} has at most "
+                    f"{steps * topk + 1} tokens (steps * topk + 1)")
+
+
+def _check_models(cfg: LaunchConfig, env: SGLangEnv, algo: str | None) -> list[str]:
+    notes: list[str] = []
+    target_arch = read_architecture(cfg.model, "--model")
+    if algo is None:
+        return notes
+    if not cfg.draft:
+        if algo == "EAGLE3":
+            # SGLang resolves EAGLE3 without a draft and fails only at worker init (reference 2a).
+            raise _fail("EAGLE3 needs an EAGLE-3 draft model: give --draft PATH")
+        if target_arch not in MTP_TARGET_ARCHS:
+            raise _fail(f"EAGLE without --draft only works for targets with built-in MTP layers "
+                        f"(DeepSeek V3, GLM-4 MoE, ...); {target_arch} needs --draft PATH")
+        notes.append(f"EAGLE (MTP): SGLang uses the target {cfg.model} as its own draft")
+        return notes
+    draft_arch = read_architecture(cfg.draft, "--draft")
+    known = eagle3_archs(env)
+    is_eagle3 = "Eagle3" in draft_arch
+    if algo == "EAGLE3" and not is_eagle3:
+        raise _fail(f"--algorithm EAGLE3 needs an EAGLE-3 draft, but {cfg.draft} is {draft_arch} "
+                    f"(EAGLE-3 drafts in SGLang {env.version}: {', '.join(sorted(known)) or 'none'}); "
+                    f"use --algorithm EAGLE for an EAGLE-1/2 or MTP draft")
+    if algo == "EAGLE" and is_eagle3:
+        # With EAGLE the target never captures aux hidden states, so an EAGLE-3 draft gets wrong inputs.
+        raise _fail(f"--draft {cfg.draft} is an EAGLE-3 draft ({draft_arch}): use --algorithm EAGLE3")
+    if is_eagle3 and draft_arch not in known:
+        raise _fail(f"draft architecture {draft_arch} is not in SGLang {env.version} "
+                    f"(it has: {', '.join(sorted(known)) or 'none'})")
+    return notes
+
+
+def _check_release_rules(cfg: LaunchConfig, env: SGLangEnv, extra: dict[str, str | bool],
+                         child_env: dict[str, str]) -> list[str]:
+    """topk / page-size / attention-backend / spec V2 rules of this release (version map 6 rule 3)."""
+    notes: list[str] = []
+    topk = cfg.topk or 1
+    page = _int_value(extra, "--page-size")
+    backend = extra.get("--attention-backend")
+    backends = {str(extra[k]) for k in ("--attention-backend", "--decode-attention-backend",
+                                         "--prefill-attention-backend") if isinstance(extra.get(k), str)}
+    v = env.version_tuple
+    if topk > 1 and page is not None and page > 1:
+        if v < parse_version("0.4.7"):
+            raise _fail(f"SGLang {env.version} forces --topk 1 when --page-size > 1 (0.4.6 "
+                        f"server_args.py:320-359): use --page-size 1 or --topk 1")
+        if v >= parse_version("0.5.2"):
+            if v >= parse_version("0.5.13"):   # 0.5.23 arg_groups/speculative_hook.py:1271-1283
+                ok = ("flashinfer", "fa3", "triton")
+            elif v >= parse_version("0.5.6"):  # 0.5.9 server_args.py:2452-2459
+                ok = ("flashinfer", "fa3")
+            else:                              # 0.5.3.post2 server_args.py:1243-1250
+                ok = ("flashinfer",)
+            if backend not in ok:
+                got = f"--attention-backend {backend}" if isinstance(backend, str) else "no --attention-backend"
+                raise _fail(f"--topk {topk} with --page-size {page} needs --attention-backend "
+                            f"{' or '.join(ok)} in SGLang {env.version} (got {got}); or use --page-size 1")
+    if topk > 1 and "trtllm_mha" in backends and v >= parse_version("0.5.1"):
+        # 0.5.3.post2 server_args.py:1231; 0.5.23 arg_groups/speculative_hook.py:1176-1180.
+        raise _fail(f"--topk {topk}: the trtllm_mha attention backend only supports --topk 1")
+    if topk != 1 and "--speculative-use-rejection-sampling" in extra:
+        # 0.5.23 arg_groups/speculative_hook.py:1220-1223 (flag exists from 0.5.16).
+        raise _fail("--speculative-use-rejection-sampling requires --topk 1")
+    spec_v2 = child_env.get("SGLANG_ENABLE_SPEC_V2")
+    v2_on = spec_v2 is not None and spec_v2.lower() in ("1", "true", "yes")
+    if parse_version("0.5.7") <= v < parse_version("0.5.11") and v2_on and topk > 1:
+        # 0.5.9 server_args.py:2368-2382: ValueError "Spec v2 currently only supports topk = 1".
+        raise _fail(f"SGLANG_ENABLE_SPEC_V2=1 with --topk {topk}: spec V2 of SGLang {env.version} "
+                    f"supports only --topk 1 (unset SGLANG_ENABLE_SPEC_V2 to run V1)")
+    if parse_version("0.5.11") <= v < parse_version("0.5.13") and topk > 1:
+        # 0.5.12.post1 server_args.py:3749-3766: silent fallback to the V1 worker.
+        notes.append(f"--topk {topk} on SGLang {env.version}: SGLang falls back to the spec V1 worker "
+                     f"(V2 supports only topk 1 before 0.5.13)")
+    if v >= parse_version("0.5.14") and spec_v2 is not None:
+        # 0.5.16 arg_groups/speculative_hook.py:85-90: the variable only logs a removal warning.
+        notes.append(f"SGLANG_ENABLE_SPEC_V2 has no effect in SGLang {env.version} (removed in 0.5.14)")
+    return notes
+
+
+def _check_flags_exist(argv: list[str], env: SGLangEnv) -> None:
+    known = known_flags(env)
+    if not known:
+        return  # a tree without server_args.py: nothing to compare with
+    missing = []
+    for tok in argv:
+        if tok.startswith("--"):
+            name = tok.split("=", 1)[0]
+            if _FLAG_RE.match(name) and name not in known:
+                missing.append(name)
+    if missing:
+        raise _fail(f"SGLang {env.version} has no {', '.join(dict.fromkeys(missing))} "
+                    f"(checked in {env.package_dir / 'srt'}/server_args.py and arg_groups/)")
+
+
+def validate(cfg: LaunchConfig, env: SGLangEnv, *, sglang_check: bool | None = None,
+             environ: dict[str, str] | None = None) -> list[str]:
+    """Check ``cfg`` against the rules of ``env``'s release; UserError(exit_code=2) on the first
+    broken rule, nothing started. Returns notes (facts worth printing, not errors).
+
+    ``sglang_check``: run SGLang's own resolution + checks in a child Python. ``None`` = when the
+    importable SGLang is the release being checked (and ``cfg.sglang_check`` allows it).
+    """
+    from .server import build_command  # server imports flags; keep the cycle lazy
+
+    notes: list[str] = []
+    extra = extra_flags(list(cfg.extra_args))
+    owned = [f for f in extra if f in OWNED_FLAGS]
+    if owned:
+        f = owned[0]
+        raise _fail(f"{f} in the extra SGLang args: use the wrapper's {OWNED_FLAGS[f]} so it is validated")
+    _check_basic(cfg)
+    algo = None if cfg.no_spec else normalise_algorithm(cfg.algorithm)
+    _check_spec_values(cfg, extra)
+    notes += _check_models(cfg, env, algo)
+    argv, env_add = build_command(cfg, environ=environ)
+    child_env = dict(os.environ if environ is None else environ)
+    child_env.update(env_add)
+    if algo is not None:
+        notes += _check_release_rules(cfg, env, extra, child_env)
+    if cfg.profile and cfg.no_spec:
+        notes.append("--profile with --no-spec: the probes sit in the EAGLE worker, so nothing is recorded")
+    _check_flags_exist(argv, env)
+
+    if sglang_check is None:
+        sglang_check = cfg.sglang_check is not False
+        if sglang_check and not importable_matches(env, cfg.python):
+            sglang_check = False
+            notes.append(f"SGLang's own checks skipped: the SGLang importable by {cfg.python or sys.executable} "
+                         f"is not {env.version}")
+    if sglang_check:
+        notes += run_sglang_checks(argv, env=child_env, python=cfg.python)
+    return notes
+
+
+# --------------------------------------------------------------------------------------------
+# SGLang's own resolution + checks, in a child Python (8-16 s of imports; env writes stay there)
+# --------------------------------------------------------------------------------------------
+
+def importable_matches(env: SGLangEnv, python: str | None = None) -> bool:
+    """True when ``python`` (default: this one) imports the same SGLang release as ``env``."""
+    if python and Path(python).resolve() != Path(sys.executable).resolve():
+        return False  # another interpreter: don't guess
+    try:
+        installed = importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return installed == env.version and importlib.util.find_spec("torch") is not None
+
+
+# Runs in the child: parse with SGLang's parser, resolve, check; print one JSON line.
+_CHECKER = r"""
+import json, sys, traceback, io, contextlib
+argv = json.loads(sys.stdin.read())
+def where(exc):
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "sglang" in f.filename]
+    if not frames:
+        return ""
+    f = frames[-1]
+    path = f.filename.split("site-packages/")[-1]
+    return f"{path}:{f.lineno}: {(f.line or '').strip()}"
+def attempt(args):
+    from sglang.srt.server_args import prepare_server_args
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            sa = prepare_server_args(list(args))
+    except SystemExit as exc:
+        lines = [l for l in err.getvalue().splitlines() if "error:" in l]
+        return {"ok": False, "type": "ArgumentError", "message": (lines[-1].split("error:", 1)[1].strip() if lines else f"argument parsing failed ({exc.code})"), "where": ""}
+    except BaseException as exc:
+        return {"ok": False, "type": type(exc).__name__, "message": str(exc), "where": where(exc)}
+    try:
+        if hasattr(sa, "resolve_once"):
+            sa.resolve_once()
+        if hasattr(sa, "check_server_args"):
+            sa.check_server_args()
+    except BaseException as exc:
+        return {"ok": False, "type": type(exc).__name__, "message": str(exc), "where": where(exc)}
+    view = sa
+    try:
+        from sglang.srt.arg_groups.overrides import resolving_view
+        view = resolving_view(sa)
+    except Exception:
+        pass
+    keys = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
+            "speculative_num_draft_tokens", "max_running_requests", "disable_overlap_schedule",
+            "attention_backend", "device")
+    return {"ok": True, "resolved": {k: getattr(view, k, None) for k in keys}}
+res = attempt(argv)
+if not res["ok"] and "No accelerator" in res["message"] and "--device" not in argv:
+    res = attempt(argv + ["--device", "cuda"])
+    res["device_added"] = True
+print("EAGLE3_CHECK " + json.dumps(res, default=str))
+"""
+
+
+@dataclass
+class SGLangCheck:
+    ok: bool
+    message: str
+    resolved: dict
+
+
+def run_sglang_checks(argv: list[str], *, env: dict[str, str] | None = None,
+                      python: str | None = None, timeout: float = 180.0) -> list[str]:
+    """Run SGLang's ``prepare_server_args`` + ``resolve_once`` + ``check_server_args`` on the server
+    argv (everything after ``-m sglang.launch_server``) in a child; UserError(2) on failure."""
+    i = argv.index("sglang.launch_server") + 1 if "sglang.launch_server" in argv else 0
+    args = argv[i:]
+    child_env = dict(os.environ if env is None else env)
+    child_env.setdefault("HF_HUB_OFFLINE", "1")  # a typo'd path must not cost a network timeout
+    try:
+        proc = subprocess.run([python or sys.executable, "-c", _CHECKER], input=json.dumps(args),
+                              capture_output=True, text=True, env=child_env, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        raise UserError(f"SGLang's own argument check did not finish in {timeout:.0f} s", 1) from exc
+    line = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith("EAGLE3_CHECK ")), None)
+    if line is None:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UserError(f"SGLang's own argument check could not run (exit {proc.returncode}): {tail}", 1)
+    res = json.loads(line[len("EAGLE3_CHECK "):])
+    if not res["ok"]:
+        msg = res["message"].strip().replace("\n", " ")
+        where = res.get("where") or ""
+        if not msg:  # bare `assert` / empty exception: name the failing source line instead
+            msg = f"failed at {where}" if where else "no message"
+        elif where:
+            msg = f"{msg} [{where.split(': ', 1)[0]}]"
+        raise UserError(f"SGLang rejects these arguments: {res['type']}: {msg}", 2)
+    notes = []
+    r = res.get("resolved", {})
+    if res.get("device_added"):
+        notes.append("SGLang's own checks ran with --device cuda added (no accelerator on this machine)")
+    if r:
+        shown = ", ".join(f"{k}={v}" for k, v in r.items() if v is not None)
+        notes.append(f"SGLang's own checks passed; it resolves: {shown}")
+    return notes
