@@ -147,7 +147,7 @@ def test_window_block_and_jsonl_round_trip(tmp_path, capsys):
     assert r["accept_len"] == 2.8
     assert r["accept_hist"] == {"0": 2, "1": 2, "2": 2, "3": 4}
     # position 1: reached 10, accepted 8; 2: reached 8, accepted 6; 3: reached 6, accepted 4
-    assert r["per_position"] == [0.8, 0.75, 0.6667]
+    assert r["per_position"] == [0.8, 0.75, 0.666667]
     ph = r["phases"]
     assert ph["draft"] == {"mean_ms": 2.0, "p50_ms": 2.0, "p90_ms": 2.0}
     assert ph["verify"]["mean_ms"] == 28.0 and ph["extend"]["mean_ms"] == 1.0

@@ -54,7 +54,7 @@ def _table(summaries: list[dict[str, Any]], baseline_tps: float | None):
     from rich.table import Table
 
     t = Table(title="EAGLE-3 decode cycle (accept length incl. the bonus token)", show_lines=False)
-    t.add_column("")
+    t.add_column("", no_wrap=True)
     names = [Path(s["file"]).name for s in summaries]
     unique = len(set(names)) == len(names)
     for s, name in zip(summaries, names, strict=True):
@@ -93,8 +93,9 @@ def _table(summaries: list[dict[str, Any]], baseline_tps: float | None):
 def _predict_table(s: dict[str, Any], preds: list[analysis.Prediction]):
     from rich.table import Table
 
-    t = Table(title=f"Prediction from {s['file']} (topk 1 chain; verify+extend+other held flat)")
-    for c in ("steps", "draft tokens", "accept len (incl. bonus)", "cycle ms", "tok/s", "vs baseline", ""):
+    t = Table(title=f"Prediction from {s['file']} (topk 1 chain; accept len incl. bonus; "
+                    f"verify+extend+other held flat, draft ms per step x steps)")
+    for c in ("steps", "draft tok", "accept len", "cycle ms", "tok/s", "vs base", ""):
         t.add_column(c, justify="right")
     for p in preds:
         t.add_row(

@@ -55,7 +55,7 @@ def per_position_rates(hist: Mapping[int, int], steps: int) -> list[float | None
     for i in range(1, steps + 1):
         reached = sum(c for n, c in hist.items() if n >= i - 1)
         accepted = sum(c for n, c in hist.items() if n >= i)
-        rates.append(round(accepted / reached, 4) if reached else None)
+        rates.append(round(accepted / reached, 6) if reached else None)
     return rates
 
 
