@@ -143,7 +143,9 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("glm4_moe", "glm4_moe.py", "0.5.5", ("Glm4MoeForCausalLM",)),
     Family("gpt_oss", "gpt_oss.py", "0.5.0rc0", ("GptOssForCausalLM",)),
     Family("deepseek_v2", "deepseek_v2.py", "0.5.5",
-           ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM")),
+           # the last two subclass DeepseekV2ForCausalLM in the releases that have them (0.5.23)
+           ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM",
+            "MistralLarge3ForCausalLM", "GlmMoeDsaForCausalLM")),
     Family("kimi_k25", "kimi_k25.py", "0.5.10", ("KimiK25ForConditionalGeneration",),
            rules_of="deepseek_v2"),
 )}
