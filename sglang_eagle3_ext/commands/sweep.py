@@ -1,0 +1,99 @@
+"""`sgl-eagle3 sweep`: fresh server per config -> bench -> probes -> stop; table, plots, analysis."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ..console import err, out
+from ..errors import UserError
+
+HELP = "Sweep steps/topk/draft tokens (+ no-spec baseline, NCCL, custom all-reduce): bench each, analyse."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("sweep_file", metavar="SWEEP.yaml", help="the matrix (see docs/sweep.md)")
+    p.add_argument("--out", metavar="DIR", help="output folder (default sweep-<name>)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue a sweep in --out: configs already ok are skipped, failed ones re-run")
+    p.add_argument("--plan", action="store_true", help="print the configs and exit (nothing started)")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+
+
+def _f(x: float | None, fmt: str = "{:.1f}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def print_analysis(a: dict[str, Any]) -> None:
+    cm = a.get("cost_model")
+    if cm:
+        out.print(f"Cost model ({cm['family']}): cycle_ms = {cm['c0']:.2f} + {cm['cd']:.2f} x steps "
+                  f"(RMS misfit {cm['residual_ms']:.2f} ms over {cm['n']} configs)")
+    rows = [r for r in a.get("break_even", []) if r["break_even"] is not None]
+    if rows:
+        out.print("Break-even accept length (incl. bonus) = cycle ms x baseline tok/s / 1000:")
+        for r in rows:
+            verdict = "-" if r["beats"] is None else ("beats" if r["beats"] else "below")
+            out.print(f"  {r['name']}: {r['cycle_ms']:.2f} ms x {r['baseline_tok_s']:.1f} tok/s -> "
+                      f"needs {r['break_even']:.2f}, measured {_f(r['accept_length'], '{:.2f}')}: "
+                      f"{verdict} {r['baseline']}")
+    pr = a.get("predicted")
+    if pr and pr["rows"]:
+        out.print(f"Predicted from one run ({pr['from']}) beside measured:")
+        out.print("  steps  kind       pred AL  pred tok/s  meas AL  meas tok/s")
+        for r in pr["rows"]:
+            out.print(f"  {r['steps']:>5}  {r['kind']:<9} {r['pred_accept_length']:>8.2f}  "
+                      f"{r['pred_tok_s']:>10.1f}  {_f(r['meas_accept_length'], '{:.2f}'):>7}  "
+                      f"{_f(r['meas_tok_s']):>10}")
+    if a.get("best_k") is not None:
+        out.print(f"Predicted best k (cost model + measured acceptance): {a['best_k']}")
+    for n in a.get("notes", []):
+        out.print(f"[dim]note: {n}[/]")
+    out.print(f"[bold]Recommendation:[/] {a['recommendation']}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from .. import compare, sweep
+    from ..bench import write_json
+
+    spec = sweep.load_spec(args.sweep_file)
+    out_dir = Path(args.out or f"sweep-{sweep._slug(spec.name)}")
+    out.print(f"Sweep {spec.name}: {len(spec.configs)} config(s) -> {out_dir}")
+    for s in spec.skipped:
+        out.print(f"  skipped {s['name']}: {s['reason']}")
+    if args.plan:
+        for c in spec.configs:
+            out.print(f"  {c.name}")
+        return 0
+    if (out_dir / "results.json").exists() and not args.resume:
+        raise UserError(f"{out_dir / 'results.json'} exists: pass --resume to continue it, or another --out",
+                        exit_code=2)
+    doc = sweep.run_sweep(spec, out_dir, resume=args.resume, sglang_root=args.sglang_root,
+                          log=lambda m: err.print(m, highlight=False, markup=False))
+    failed = [c for c in doc["configs"] if c["status"] != "ok"]
+    for c in failed:
+        out.print(f"[red]failed[/] {c['name']}: {c['error']}")
+        for line in (c.get("log_tail") or [])[-5:]:
+            out.print(f"    {line}", highlight=False, markup=False)
+    try:
+        rs = compare.rows(compare.load([str(out_dir / "results.json")]))
+    except UserError:
+        rs = []
+    if rs:
+        out.print(compare.rich_table(rs))
+        (out_dir / "table.md").write_text(compare.markdown(rs) + "\n")
+    analysis = sweep.analyse(doc)
+    doc["analysis"] = analysis
+    write_json(out_dir / "results.json", doc)
+    print_analysis(analysis)
+    if not args.no_plots and rs:
+        from .. import plot
+
+        try:
+            for p in plot.plots(doc, out_dir):
+                out.print(f"wrote {p}")
+        except UserError as exc:
+            err.print(f"[yellow]plots skipped:[/] {exc}")
+    out.print(f"wrote {out_dir / 'results.json'}" + (f", {out_dir / 'table.md'}" if rs else ""))
+    return 0 if not failed else 1

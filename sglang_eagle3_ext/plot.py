@@ -1,0 +1,103 @@
+"""PNG plots of a sweep: tok/s per config with the baseline line; stacked per-phase ms per config.
+
+matplotlib is an optional dependency (``pip install 'sglang-eagle3-ext[plot]'``), imported only here
+and only when a plot is drawn, with the Agg backend (no display needed).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .errors import UserError
+
+PHASES = ("draft", "verify", "extend", "other")
+PHASE_LABELS = {"draft": "draft steps", "verify": "target verify", "extend": "draft re-extend",
+                "other": "other"}
+
+
+def _plt() -> Any:
+    try:
+        import matplotlib
+    except ImportError as exc:
+        raise UserError("plots need matplotlib: pip install 'sglang-eagle3-ext[plot]' "
+                        "(results and tables are written without it)") from exc
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _ok(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    return [c for c in doc.get("configs", []) if c.get("status") == "ok" and c.get("bench")]
+
+
+def plot_tok_s(doc: dict[str, Any], path: str | Path) -> Path | None:
+    """Bars: decode tok/s avg per config (tick = peak); dashed line per no-spec baseline."""
+    ok = _ok(doc)
+    if not ok:
+        return None
+    plt = _plt()
+    names = [c["name"] for c in ok]
+    avg = [c["bench"]["summary"]["decode_tok_s"]["avg"] or 0 for c in ok]
+    peak = [c["bench"]["summary"]["decode_tok_s"]["peak"] or 0 for c in ok]
+    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(ok) + 2), 4.5))
+    colors = ["#9e9e9e" if c["baseline"] else "#1f77b4" for c in ok]
+    xs = range(len(ok))
+    ax.bar(xs, avg, color=colors)
+    ax.scatter(xs, peak, marker="_", s=300, color="black", label="peak", zorder=3)
+    for i, c in enumerate(ok):
+        al = c["bench"]["summary"].get("accept_length")
+        if al:
+            ax.annotate(f"AL {al:.2f}", (i, avg[i]), ha="center", va="bottom", fontsize=7,
+                        xytext=(0, 2), textcoords="offset points")
+    for c, v in zip(ok, avg, strict=True):
+        if c["baseline"]:
+            ax.axhline(v, linestyle="--", color="#555555", linewidth=1)
+            ax.annotate(f"{c['name']} {v:.1f}", (len(ok) - 0.5, v), ha="right", va="bottom", fontsize=7)
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("decode tok/s per stream (avg; tick = peak)")
+    ax.set_title(f"{doc.get('name', 'sweep')}: decode tok/s (AL = accept length incl. bonus)")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    p = Path(path)
+    fig.savefig(p, dpi=120)
+    plt.close(fig)
+    return p
+
+
+def plot_phases(doc: dict[str, Any], path: str | Path) -> Path | None:
+    """Stacked bars: mean ms per cycle of draft / verify / re-extend / other, from the probes."""
+    rows = []
+    for c in _ok(doc):
+        ph = (c.get("profile") or {}).get("phases") or {}
+        if any((ph.get(p) or {}).get("mean_ms") is not None for p in PHASES):
+            rows.append((c, {p: (ph.get(p) or {}).get("mean_ms") or 0.0 for p in PHASES}))
+    if not rows:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(rows) + 2), 4.5))
+    xs = list(range(len(rows)))
+    bottom = [0.0] * len(rows)
+    for p, color in zip(PHASES, ("#ff7f0e", "#1f77b4", "#2ca02c", "#9e9e9e"), strict=True):
+        vals = [r[1][p] for r in rows]
+        ax.bar(xs, vals, bottom=bottom, label=PHASE_LABELS[p], color=color)
+        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+    mode = sorted({str((r[0].get("profile") or {}).get("mode")) for r in rows})
+    ax.set_xticks(xs)
+    ax.set_xticklabels([r[0]["name"] for r in rows], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("ms per decode cycle")
+    ax.set_title(f"{doc.get('name', 'sweep')}: cycle phases (timing mode {', '.join(mode)})")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    p = Path(path)
+    fig.savefig(p, dpi=120)
+    plt.close(fig)
+    return p
+
+
+def plots(doc: dict[str, Any], out_dir: str | Path) -> list[Path]:
+    out = Path(out_dir)
+    made = [plot_tok_s(doc, out / "tok_s.png"), plot_phases(doc, out / "phases.png")]
+    return [p for p in made if p is not None]
