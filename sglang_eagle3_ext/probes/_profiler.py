@@ -16,9 +16,6 @@ from typing import Any
 from . import timers
 from .window import CYCLE, PHASES, build_record, format_block
 
-# Cycle record layout (a list, indexed for speed).
-_BEGIN, _BEGIN_T, _END, _END_T, _PH, _OPEN = range(6)
-
 
 def _rank_and_size() -> tuple[int, int]:
     """torch.distributed rank/world size when the host initialised it, else env RANK/WORLD_SIZE."""
@@ -61,8 +58,15 @@ class Profiler:
         self._backend = backend
         self._notes: list[str] = []
         self.window = 0
-        self._cycles: list[list[Any]] = []  # closed cycles: [begin, end, idle, phases]
-        self._cur: list[Any] | None = None
+        self._cycles: list[tuple[Any, Any, bool, list]] = []  # closed: (begin, end, idle, phase marks)
+        # the open cycle, as plain attributes (fastest to set in the hot loop)
+        self._open = False
+        self._cb: Any = None  # begin mark
+        self._ct = 0.0  # begin host time
+        self._ce: Any = None  # cycle_end mark
+        self._cet: float | None = None  # cycle_end host time
+        self._ph: list[tuple[str, bool, Any]] = []  # (phase, is_begin, mark)
+        self._mark: Any = None  # backend.mark, bound once the backend is chosen
         self._hist: dict[int, int] = {}
         self._rank: tuple[int, int] | None = None
         self._version: str | None | bool = False  # False = not looked up yet
@@ -87,63 +91,59 @@ class Profiler:
     def cycle_begin(self) -> None:
         if self.trace is not None:
             self.trace.append(("cycle_begin", None))
-        b = self.backend
-        h = b.mark()
+        mark = self._mark
+        if mark is None:
+            mark = self._mark = self.backend.mark
+        h = mark()
         t = perf_counter()
-        cur = self._cur
-        if cur is not None:
+        if self._open:
             # the previous cycle ends here, unless the scheduler went idle (or ran prefills)
             # after its cycle_end: then it ends at that cycle_end.
-            end_t = cur[_END_T]
-            if end_t is not None and t - end_t > self.idle_s:
-                self._cycles.append([cur[_BEGIN], cur[_END], True, cur[_PH]])
+            cet = self._cet
+            if cet is not None and t - cet > self.idle_s:
+                self._cycles.append((self._cb, self._ce, True, self._ph))
             else:
-                self._cycles.append([cur[_BEGIN], h, False, cur[_PH]])
+                self._cycles.append((self._cb, h, False, self._ph))
             if len(self._cycles) >= self.every:
                 self._emit(newest=h)
                 # the window's read and write must not be billed to the next cycle: restart it
-                h = b.mark()
+                h = mark()
                 t = perf_counter()
-        self._cur = [h, t, None, None, [], {}]
+        self._open = True
+        self._cb = h
+        self._ct = t
+        self._ce = self._cet = None
+        self._ph = []
 
     def phase_begin(self, name: str) -> None:
         if self.trace is not None:
             self.trace.append(("phase_begin", name))
-        cur = self._cur
-        if cur is None:  # outside a decode cycle (e.g. a prefill path): not ours to time
-            return
-        cur[_OPEN][name] = self.backend.mark()
+        if self._open:  # outside a decode cycle (e.g. a prefill path) is not ours to time
+            self._ph.append((name, True, self._mark()))
 
     def phase_end(self, name: str) -> None:
         if self.trace is not None:
             self.trace.append(("phase_end", name))
-        cur = self._cur
-        if cur is None:
-            return
-        start = cur[_OPEN].pop(name, None)
-        if start is None:
-            return
-        cur[_PH].append((name, start, self.backend.mark()))
+        if self._open:
+            self._ph.append((name, False, self._mark()))
 
     def cycle_end(self) -> None:
         if self.trace is not None:
             self.trace.append(("cycle_end", None))
-        cur = self._cur
-        if cur is None:
-            return
-        cur[_END] = self.backend.mark()
-        cur[_END_T] = perf_counter()
+        if self._open:
+            self._ce = self._mark()
+            self._cet = perf_counter()
 
     def record_accept(self, per_req: Iterable[int], bonus_included: bool) -> None:
-        tolist = getattr(per_req, "tolist", None)
-        vals = tolist() if tolist is not None else per_req
-        vals = tuple(int(x) for x in vals)
+        if type(per_req) not in (list, tuple):
+            tolist = getattr(per_req, "tolist", None)
+            per_req = tolist() if tolist is not None else list(per_req)
         if self.trace is not None:
-            self.trace.append(("record_accept", vals))
+            self.trace.append(("record_accept", tuple(int(x) for x in per_req)))
         hist = self._hist
         off = 1 if bonus_included else 0
-        for v in vals:
-            n = v - off
+        for v in per_req:
+            n = int(v) - off
             if n < 0:
                 n = 0
             hist[n] = hist.get(n, 0) + 1
@@ -159,20 +159,24 @@ class Profiler:
             self.route = route
 
     # -- windows -----------------------------------------------------------------------------
-    def _resolve(self, cycles: list[list[Any]]) -> tuple[dict[str, list[float]], int]:
+    def _resolve(self, cycles: list[tuple[Any, Any, bool, list]]) -> tuple[dict[str, list[float]], int]:
         b = self.backend
+        el = b.elapsed_ms
         per: dict[str, list[float]] = {name: [] for name in (*PHASES, CYCLE)}
         idle = 0
-        for begin, end, was_idle, phases in cycles:
+        for begin, end, was_idle, marks in cycles:
             idle += was_idle
-            total = b.elapsed_ms(begin, end)
-            sums = dict.fromkeys(("draft", "verify", "extend"), 0.0)
-            for name, s, e in phases:
-                if name in sums:
-                    sums[name] += b.elapsed_ms(s, e)
+            total = el(begin, end)
+            sums = {"draft": 0.0, "verify": 0.0, "extend": 0.0}
+            opened: dict[str, Any] = {}
+            for name, is_begin, m in marks:
+                if is_begin:
+                    opened[name] = m
+                elif name in opened and name in sums:  # an end without a begin is dropped
+                    sums[name] += el(opened.pop(name), m)
             for name, v in sums.items():
                 per[name].append(v)
-            per["other"].append(max(0.0, total - sum(sums.values())))
+            per["other"].append(max(0.0, total - sums["draft"] - sums["verify"] - sums["extend"]))
             per[CYCLE].append(total)
         return per, idle
 
@@ -213,11 +217,9 @@ class Profiler:
 
     def flush(self, min_cycles: int = 1) -> dict[str, Any] | None:
         """Close the open cycle at its cycle_end (if it had one) and emit what was collected."""
-        cur = self._cur
-        if cur is not None and cur[_END] is not None:
-            self._cycles.append([cur[_BEGIN], cur[_END], False, cur[_PH]])
-            self._cur = None
+        if self._open and self._ce is not None:
+            self._cycles.append((self._cb, self._ce, False, self._ph))
+            self._open = False
         if len(self._cycles) < min_cycles:
             return None
-        newest = self._cycles[-1][1]
-        return self._emit(newest=newest)
+        return self._emit(newest=self._cycles[-1][1])
