@@ -1,0 +1,689 @@
+"""SGLang plugin (entry point group ``sglang.srt.plugins``, SGLang 0.5.11+): phase hooks feeding
+``probes``, the aux-layer override and the NCCL preset, in every SGLang process.
+
+Inert unless asked: with none of ``EAGLE3_PROFILE=1``, ``SGLANG_EAGLE3_NCCL``,
+``SGLANG_EAGLE3_AUX_LAYERS`` set, ``register()`` returns at once (no hook, no env change).
+
+Hook targets are read from the installed release's source (stdlib ``ast``, no import), never
+assumed: a release that lacks a method simply gets no hook for it, and says so. SGLang's
+``HookRegistry`` only logs a target it cannot resolve, so after SGLang applies the hooks we check
+each one we asked for and name every one that is missing (see ``_verify``). docs/plugin.md.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import inspect
+import logging
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from . import nccl
+from .sglang_env import COMMON_FILE, V1_FILE, V2_FILE, SGLangEnv, locate
+
+ENV_PROFILE = "EAGLE3_PROFILE"
+ENV_NCCL = nccl.ENV
+ENV_AUX = "SGLANG_EAGLE3_AUX_LAYERS"
+MARKER = "sglang-eagle3-ext"  # carried by every source-patched SGLang file
+ENTRY_POINT = "sglang_eagle3_ext.plugin:register"
+ENTRY_POINT_NAME = "eagle3_ext"  # pyproject.toml [project.entry-points."sglang.srt.plugins"]
+_FALSE = ("", "0", "false", "no", "off")
+
+# SGLang process entry functions -> role; register() walks its caller frames (innermost first).
+_ROLE_BY_FUNC = {
+    "run_scheduler_process": "scheduler",
+    "run_detokenizer_process": "detokenizer",
+    "run_data_parallel_controller_process": "dp-controller",
+}
+_ROLE_BY_FILE = {"sglang/launch_server.py": "launcher", "sglang/cli/serve.py": "launcher"}
+# Processes that never run a model worker: no hooks there (importing the targets costs seconds).
+_NO_HOOK_ROLES = ("detokenizer", "dp-controller", "launcher")
+
+
+# ------------------------------------------------------------------------------------------------
+# Logging: our own stderr handler, because register() runs before SGLang configures logging in
+# a spawned scheduler (INFO would be dropped) and stderr is what the server log captures.
+
+def _make_logger() -> logging.Logger:
+    log = logging.getLogger("sglang_eagle3_ext.plugin")
+    if not log.handlers:
+        h = logging.StreamHandler(sys.stderr)
+        h.setFormatter(logging.Formatter("sglang-eagle3-ext plugin [pid %(process)d] %(levelname)s: %(message)s"))
+        log.addHandler(h)
+        log.setLevel(logging.INFO)
+        log.propagate = False
+    return log
+
+
+logger = _make_logger()
+
+
+# ------------------------------------------------------------------------------------------------
+# Switches and the plan (pure: reads files only, testable against every release's source)
+
+def switches(environ: dict[str, str] | os._Environ[str] | None = None) -> dict[str, Any]:
+    env = os.environ if environ is None else environ
+    return {
+        "profile": env.get(ENV_PROFILE, "").strip().lower() not in _FALSE,
+        "nccl": (env.get(ENV_NCCL) or "").strip() or None,
+        "aux_layers": (env.get(ENV_AUX) or "").strip() or None,
+    }
+
+
+@dataclass(frozen=True)
+class Hook:
+    """One AROUND hook: ``role`` in cycle/draft/verify/extend/accept/aux/allreduce."""
+
+    role: str
+    family: str  # "v2", "v1", "aux", "nccl"
+    target: str
+    detail: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+
+@dataclass
+class Plan:
+    version: str
+    hooks: list[Hook] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # asked for, cannot be hooked here
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": self.version, "hooks": [asdict(h) for h in self.hooks],
+                "notes": list(self.notes), "problems": list(self.problems)}
+
+
+class _Source:
+    """Classes -> methods and module-level functions of one SGLang file (None when absent)."""
+
+    def __init__(self, env: SGLangEnv, rel: str) -> None:
+        self.module = "sglang." + rel[: -len(".py")].replace("/", ".")
+        self.path = env.path(rel)
+        self.tree: ast.Module | None = None
+        if self.path.is_file():
+            self.tree = ast.parse(self.path.read_text(encoding="utf-8"), filename=str(self.path))
+
+    def method(self, cls: str, name: str) -> ast.FunctionDef | None:
+        for node in self.tree.body if self.tree else []:
+            if isinstance(node, ast.ClassDef) and node.name == cls:
+                for item in node.body:
+                    if isinstance(item, ast.FunctionDef) and item.name == name:
+                        return item
+        return None
+
+    def function(self, name: str) -> ast.FunctionDef | None:
+        for node in self.tree.body if self.tree else []:
+            if isinstance(node, ast.FunctionDef) and node.name == name:
+                return node
+        return None
+
+    def target(self, *parts: str) -> str:
+        return ".".join((self.module, *parts))
+
+
+def decode_rule(fn: ast.FunctionDef) -> dict[str, str] | None:
+    """How ``forward_batch_generation`` picks its decode branch, from its first top-level ``if``:
+    ``not_extend`` (0.5.4+: ``if X.forward_mode.is_extend() or X.is_extend_in_batch: prefill
+    else: decode``) or ``is_decode`` (V1a, V2 0.5.3-0.5.5). None: unknown shape, no cycle hook."""
+    args = [a.arg for a in fn.args.args]
+    arg = args[1] if len(args) > 1 else ""
+    for node in fn.body:
+        if isinstance(node, ast.If):
+            test = ast.unparse(node.test)
+            if f"{arg}.forward_mode.is_decode()" in test and " or " not in test:
+                return {"rule": "is_decode", "arg": arg}
+            if f"{arg}.forward_mode.is_extend()" in test:
+                in_batch = "true" if f"{arg}.is_extend_in_batch" in test else "false"
+                return {"rule": "not_extend", "arg": arg, "extend_in_batch": in_batch}
+            return None
+    return None
+
+
+def plan_hooks(env: SGLangEnv, *, profile: bool, aux: bool, nccl_preset: bool) -> Plan:
+    """The hooks this release needs for the requested switches, derived from its source."""
+    plan = Plan(version=env.version)
+    if not env.has_plugins:
+        if profile or aux or nccl_preset:
+            plan.problems.append(
+                f"SGLang {env.version} has no plugin framework (0.5.11+): nothing is hooked; use "
+                "`sgl-eagle3 patch apply` for probes/aux layers and `sgl-eagle3 launch --nccl` for NCCL")
+        return plan
+    if profile:
+        _plan_v2(env, plan)
+        _plan_v1(env, plan)
+        if not any(h.role == "cycle" for h in plan.hooks):
+            plan.problems.append("no EAGLE worker with a known decode branch: probes cannot record")
+    if aux:
+        _plan_aux(env, plan)
+    if nccl_preset:
+        ps = _Source(env, "srt/distributed/parallel_state.py")
+        if ps.function("initialize_model_parallel"):
+            plan.hooks.append(Hook("allreduce", "nccl", ps.target("initialize_model_parallel")))
+        else:
+            plan.notes.append("no parallel_state.initialize_model_parallel: all-reduce path not reported")
+    return plan
+
+
+def _plan_v2(env: SGLangEnv, plan: Plan) -> None:
+    src = _Source(env, V2_FILE)
+    if src.tree is None:
+        return
+    entry = src.method("EAGLEWorkerV2", "forward_batch_generation")
+    rule = decode_rule(entry) if entry else None
+    if rule is None:
+        plan.problems.append(f"V2: cannot tell the decode branch of {src.target('EAGLEWorkerV2.forward_batch_generation')}")
+        return
+    plan.hooks.append(Hook("cycle", "v2", src.target("EAGLEWorkerV2", "forward_batch_generation"), rule))
+    for role, cls, name in (("draft", "EagleDraftWorker", "draft"), ("verify", "EAGLEWorkerV2", "verify"),
+                            ("extend", "EagleDraftWorker", "_draft_extend_for_decode")):
+        if src.method(cls, name):
+            plan.hooks.append(Hook(role, "v2", src.target(cls, name)))
+        else:
+            plan.problems.append(f"V2: {src.target(cls, name)} not in this release: no {role} phase")
+    base = _Source(env, "srt/speculative/base_spec_worker.py")
+    if src.method("EAGLEWorkerV2", "on_verify_complete_cpu") or base.method("BaseSpecWorker", "on_verify_complete_cpu"):
+        plan.hooks.append(Hook("accept", "v2", src.target("EAGLEWorkerV2", "on_verify_complete_cpu"),
+                               {"source": "num_correct_drafts_per_req (CPU, bonus excluded)"}))
+        return
+    # 0.5.11: no on_verify_complete_cpu yet; the scheduler turns accept_lens into per-request
+    # accepted drafts on the CPU in _resolve_spec_overlap_token_ids (no extra sync).
+    mix = _Source(env, "srt/managers/scheduler_output_processor_mixin.py")
+    for name in ("_resolve_spec_overlap_token_ids", "_resolve_spec_overlap_tokens"):
+        if mix.method("SchedulerOutputProcessorMixin", name):
+            plan.hooks.append(Hook("accept", "v2", mix.target("SchedulerOutputProcessorMixin", name),
+                                   {"source": "result.num_accepted_drafts_per_req_cpu (bonus excluded)"}))
+            return
+    plan.problems.append("V2: no CPU-side accept count hook in this release: accept length unmeasured")
+
+
+def _plan_v1(env: SGLangEnv, plan: Plan) -> None:
+    src = _Source(env, V1_FILE)
+    entry = src.method("EAGLEWorker", "forward_batch_generation")
+    if src.tree is None or entry is None:
+        return
+    rule = decode_rule(entry)
+    if rule is None:
+        plan.problems.append(f"V1: cannot tell the decode branch of {src.target('EAGLEWorker.forward_batch_generation')}")
+        return
+    plan.hooks.append(Hook("cycle", "v1", src.target("EAGLEWorker", "forward_batch_generation"), rule))
+    for role, name in (("draft", "draft"), ("verify", "verify"), ("extend", "forward_draft_extend_after_decode")):
+        if src.method("EAGLEWorker", name):
+            detail = {"accept": "from the verify return (bonus excluded)"} if role == "verify" else {}
+            plan.hooks.append(Hook(role, "v1", src.target("EAGLEWorker", name), detail))
+        else:
+            plan.problems.append(f"V1: {src.target('EAGLEWorker', name)} not in this release: no {role} phase")
+
+
+def _plan_aux(env: SGLangEnv, plan: Plan) -> None:
+    """One funnel per release calls ``model.set_eagle3_layers_to_capture(ids)``: hooking it reaches
+    every model class without importing any model module."""
+    setup = _Source(env, "srt/model_executor/model_runner_components/attention_backend_setup.py")
+    if setup.function("configure_aux_hidden_state_capture"):  # 0.5.16+
+        plan.hooks.append(Hook("aux", "aux", setup.target("configure_aux_hidden_state_capture"),
+                               {"style": "function"}))
+        return
+    runner = _Source(env, "srt/model_executor/model_runner.py")
+    if runner.method("ModelRunner", "init_aux_hidden_state_capture"):  # 0.5.11-0.5.15
+        plan.hooks.append(Hook("aux", "aux", runner.target("ModelRunner", "init_aux_hidden_state_capture"),
+                               {"style": "runner"}))
+        return
+    plan.problems.append(f"{ENV_AUX}: no aux-capture funnel in SGLang {env.version}; "
+                         "use `sgl-eagle3 patch apply` (it patches each model's set_eagle3_layers_to_capture)")
+
+
+def patched_files(env: SGLangEnv) -> list[str]:
+    """Eagle worker files of this install that carry the source-patch marker."""
+    found = []
+    for rel in (V1_FILE, V2_FILE, COMMON_FILE):
+        p = env.path(rel)
+        try:
+            if p.is_file() and MARKER in p.read_text(encoding="utf-8"):
+                found.append(str(p))
+        except OSError:
+            continue
+    return found
+
+
+# ------------------------------------------------------------------------------------------------
+# Runtime state of this process
+
+@dataclass
+class _State:
+    role: str = ""
+    registered: list[Hook] = field(default_factory=list)
+    missing: list[str] | None = None  # None: not verified yet
+    route: str = "none"
+    nccl: dict[str, Any] | None = None
+    allreduce: str | None = None
+    depth: int = 0
+    spec: tuple = ()
+    notes: list[str] = field(default_factory=list)
+
+
+_S = _State()
+
+
+@lru_cache(maxsize=1)
+def _probes() -> Any:
+    from . import probes
+
+    return probes
+
+
+def _process_role() -> str:
+    f = sys._getframe(1)
+    while f is not None:
+        role = _ROLE_BY_FUNC.get(f.f_code.co_name)
+        if role:
+            return role
+        fname = f.f_code.co_filename.replace(os.sep, "/")
+        for suffix, r in _ROLE_BY_FILE.items():
+            if fname.endswith(suffix):
+                return r
+        f = f.f_back
+    return "other"
+
+
+def register() -> None:
+    """Entry point SGLang's ``load_plugins()`` calls in every process. Never raises: a plugin error
+    must not take a server down (SGLang would only log it), so we log it ourselves, loudly."""
+    sw = switches()
+    if not (sw["profile"] or sw["nccl"] or sw["aux_layers"]):
+        return
+    try:
+        _register(sw)
+    except Exception:  # noqa: BLE001 - see docstring
+        logger.exception("registration failed; this process runs without the plugin")
+
+
+def _register(sw: dict[str, Any]) -> None:
+    if _S.role:  # load_plugins() is idempotent per process; a second manual call must be too
+        return
+    _S.role = _process_role()
+    if sw["nccl"]:
+        _apply_nccl(sw["nccl"])
+    if _S.role in _NO_HOOK_ROLES:
+        return
+    env = locate()
+    profile = sw["profile"]
+    if profile:
+        patched = patched_files(env)
+        if patched:
+            profile = False
+            _S.route = "source-patch"
+            _note(f"source patch present ({', '.join(Path(p).name for p in patched)}): it records the "
+                  "probes; plugin phase hooks stay off (one route only)")
+    plan = plan_hooks(env, profile=profile, aux=bool(sw["aux_layers"]), nccl_preset=bool(sw["nccl"]))
+    for problem in plan.problems:
+        logger.error(problem)
+    if not plan.hooks:
+        return
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    for hook in plan.hooks:
+        HookRegistry.register(hook.target, _make_hook(hook), HookType.AROUND)
+        _S.registered.append(hook)
+    if any(h.role == "cycle" for h in plan.hooks):
+        _S.route = "plugin"
+        _probes().set_spec_config(route="plugin")
+    _schedule_verify(HookRegistry)
+    logger.info("registered %d hook(s) in SGLang %s (%s process): %s", len(plan.hooks), env.version,
+                _S.role, ", ".join(f"{h.role}={h.target.rsplit('.', 2)[-2]}.{h.target.rsplit('.', 1)[-1]}" for h in plan.hooks))
+
+
+def _note(msg: str) -> None:
+    _S.notes.append(msg)
+    logger.info(msg)
+
+
+def _apply_nccl(name: str) -> None:
+    from .errors import UserError
+
+    try:
+        report = nccl.apply_preset(name)
+    except UserError as exc:
+        logger.error("%s=%s: %s; NCCL env left unchanged", ENV_NCCL, name, exc)
+        _S.nccl = {"preset": name, "error": str(exc)}
+        return
+    _S.nccl = report.to_dict()
+    for line in report.lines():
+        logger.info(line)
+
+
+# ------------------------------------------------------------------------------------------------
+# Verification: HookRegistry.apply_hooks() runs after register() returns (load_plugins), and a
+# target it cannot resolve is only logged. We wrap apply_hooks once so the check runs right after
+# SGLang's own apply; the first decode cycle re-checks in case apply_hooks was never called.
+
+def _schedule_verify(registry: Any) -> None:
+    original = registry.__dict__.get("apply_hooks")
+    if not isinstance(original, classmethod) or getattr(original.__func__, "_eagle3_check", False):
+        return
+
+    def apply_then_check(cls: Any) -> None:
+        try:
+            original.__func__(cls)
+        finally:
+            if getattr(cls.__dict__.get("apply_hooks"), "__func__", None) is apply_then_check:
+                cls.apply_hooks = original  # one shot: later calls are SGLang's own again
+            _verify(registry)
+
+    apply_then_check._eagle3_check = True  # type: ignore[attr-defined]
+    registry.apply_hooks = classmethod(apply_then_check)
+
+
+def _is_applied(registry: Any, target: str) -> bool:
+    patched = getattr(registry, "_patched", None)
+    if isinstance(patched, set):
+        return target in patched
+    import pkgutil
+
+    try:  # a release without _patched: a wrapped attribute carries __wrapped__
+        obj, attr = target.rsplit(".", 1)
+        return hasattr(getattr(pkgutil.resolve_name(obj), attr), "__wrapped__")
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _verify(registry: Any) -> list[str]:
+    missing = [h.target for h in _S.registered if not _is_applied(registry, h.target)]
+    _S.missing = missing
+    if not missing:
+        logger.info("all %d requested hook(s) applied", len(_S.registered))
+        return missing
+    for h in _S.registered:
+        if h.target in missing:
+            logger.error("HOOK NOT APPLIED: %s (%s %s): SGLang could not resolve or patch it; the %s "
+                         "numbers from this process are absent or wrong", h.target, h.family, h.role, h.role)
+    logger.error("%d of %d requested hook(s) missing; for probes use `sgl-eagle3 patch apply` "
+                 "(the source patch) on this SGLang instead", len(missing), len(_S.registered))
+    return missing
+
+
+def verify() -> list[str]:
+    """Re-check now (tests, doctor in a live process): targets requested but not applied."""
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    return _verify(HookRegistry)
+
+
+# ------------------------------------------------------------------------------------------------
+# The hooks
+
+def _make_hook(hook: Hook) -> Callable[..., Any]:
+    if hook.role == "cycle":
+        return _cycle_hook(hook.detail)
+    if hook.role in ("draft", "extend"):
+        return _phase_hook(hook.role)
+    if hook.role == "verify":
+        return _verify_v1_hook() if hook.family == "v1" else _phase_hook("verify")
+    if hook.role == "accept":
+        return _accept_v2_hook() if hook.target.endswith("on_verify_complete_cpu") else _accept_sched_hook()
+    if hook.role == "aux":
+        return _aux_hook(hook.detail["style"])
+    if hook.role == "allreduce":
+        return _allreduce_hook
+    raise ValueError(f"unknown hook role {hook.role}")
+
+
+def _is_decode(batch: Any, rule: dict[str, str]) -> bool:
+    """The branch the original will take, by the same test the release uses; idle (DP attention
+    padding) batches are not cycles."""
+    try:
+        mode = batch.forward_mode
+        if rule["rule"] == "is_decode":
+            decode = bool(mode.is_decode())
+        else:
+            decode = not (mode.is_extend() or (rule.get("extend_in_batch") == "true" and batch.is_extend_in_batch))
+        return decode and not mode.is_idle()
+    except Exception:  # noqa: BLE001 - an unexpected batch shape: just do not record
+        return False
+
+
+def _cycle_hook(rule: dict[str, str]) -> Callable[..., Any]:
+    arg = rule["arg"]
+
+    def cycle(original: Callable[..., Any], self: Any, *args: Any, **kwargs: Any) -> Any:
+        batch = args[0] if args else kwargs.get(arg)
+        if _S.depth or not _is_decode(batch, rule):
+            return original(self, *args, **kwargs)
+        probes = _probes()
+        if _S.missing is None:
+            verify()
+        spec = (getattr(self, "speculative_num_steps", None), getattr(self, "topk", None),
+                getattr(self, "speculative_num_draft_tokens", None))
+        if spec != _S.spec:  # adaptive steps change at runtime
+            _S.spec = spec
+            probes.set_spec_config(*spec, route="plugin")
+        _S.depth += 1
+        probes.cycle_begin()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            probes.cycle_end()
+            _S.depth -= 1
+
+    return cycle
+
+
+def _phase_hook(name: str) -> Callable[..., Any]:
+    def phase(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if not _S.depth:  # prefill / DP-coordination calls are not decode phases
+            return original(*args, **kwargs)
+        probes = _probes()
+        probes.phase_begin(name)
+        try:
+            return original(*args, **kwargs)
+        finally:
+            probes.phase_end(name)
+
+    return phase
+
+
+_V1_COUNTS = ("num_correct_drafts_per_req_cpu", "num_accepted_drafts_per_req_cpu", "accept_length_per_req_cpu")
+
+
+def _verify_v1_hook() -> Callable[..., Any]:
+    timed = _phase_hook("verify")
+
+    def verify_v1(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        out = timed(original, *args, **kwargs)
+        if _S.depth and isinstance(out, tuple):  # (logits, verify_output, ...) 0.5.11 / 0.5.12
+            for item in out:
+                counts = next((getattr(item, n) for n in _V1_COUNTS if getattr(item, n, None) is not None), None)
+                if counts is not None:
+                    _probes().record_accept(list(counts), bonus_included=False)
+                    break
+        return out
+
+    return verify_v1
+
+
+def _accept_v2_hook() -> Callable[..., Any]:
+    def accept(original: Callable[..., Any], self: Any, num_correct_drafts_per_req: Any, *args: Any, **kwargs: Any) -> Any:
+        if num_correct_drafts_per_req:
+            _probes().record_accept(list(num_correct_drafts_per_req), bonus_included=False)
+        return original(self, num_correct_drafts_per_req, *args, **kwargs)
+
+    return accept
+
+
+def _accept_sched_hook() -> Callable[..., Any]:
+    def accept(original: Callable[..., Any], self: Any, result: Any, *args: Any, **kwargs: Any) -> Any:
+        out = original(self, result, *args, **kwargs)
+        counts = getattr(result, "num_accepted_drafts_per_req_cpu", None)
+        if counts is None:
+            counts = getattr(result, "num_correct_drafts_per_req_cpu", None)
+        if counts:
+            _probes().record_accept(list(counts), bonus_included=False)
+        return out
+
+    return accept
+
+
+def _aux_hook(style: str) -> Callable[..., Any]:
+    """Around the funnel: while it runs, every module of the target model whose class defines
+    ``set_eagle3_layers_to_capture`` gets an instance-level wrapper that asks
+    ``layers.override_layer_ids`` first (nested delegation, e.g. KimiK25 -> DeepseekV3, is safe:
+    the override is idempotent)."""
+
+    def aux(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        bound = inspect.signature(original).bind_partial(*args, **kwargs).arguments
+        if style == "function":
+            model, use = bound.get("model"), bound.get("eagle_use_aux_hidden_state")
+        else:
+            runner = bound.get("self", args[0] if args else None)
+            model, use = getattr(runner, "model", None), getattr(runner, "eagle_use_aux_hidden_state", False)
+        if not use or model is None:
+            return original(*args, **kwargs)
+        undo = _wrap_layer_setters(model)
+        try:
+            return original(*args, **kwargs)
+        finally:
+            undo()
+
+    return aux
+
+
+def _wrap_layer_setters(model: Any) -> Callable[[], None]:
+    from . import layers
+
+    name = "set_eagle3_layers_to_capture"
+    mods = [model, *(model.modules() if hasattr(model, "modules") else ())]
+    done: list[Any] = []
+    seen: set[int] = set()
+    for m in mods:
+        if id(m) in seen or not callable(getattr(type(m), name, None)):
+            continue
+        seen.add(id(m))
+        bound = getattr(m, name)
+
+        def wrapper(layer_ids: Any = None, *a: Any, _m: Any = m, _bound: Any = bound, **kw: Any) -> Any:
+            return _bound(layers.override_layer_ids(_m, layer_ids), *a, **kw)
+
+        object.__setattr__(m, name, wrapper)
+        done.append(m)
+
+    def undo() -> None:
+        for m in done:
+            m.__dict__.pop(name, None)
+
+    return undo
+
+
+def _allreduce_hook(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    out = original(*args, **kwargs)
+    try:
+        _report_allreduce_path()
+    except Exception as exc:  # noqa: BLE001 - reporting must never break TP init
+        logger.warning("could not inspect the TP all-reduce path: %s", exc)
+    return out
+
+
+# GroupCoordinator attributes (0.5.11-0.5.23) of the non-NCCL all-reduce implementations.
+_AR_PATHS = (("ca_comm", "SGLang custom all-reduce"), ("pcie_ipc_comm", "FlashInfer PCIe-IPC all-reduce"),
+             ("qr_comm", "quick all-reduce (ROCm)"), ("torch_symm_mem_comm", "torch symm-mem all-reduce"),
+             ("pymscclpp_comm", "MSCCL++ all-reduce"))
+
+
+def allreduce_paths(group: Any) -> list[str]:
+    """Non-NCCL all-reduce implementations live on this TP group (they take the small ones)."""
+    found = []
+    for attr, label in _AR_PATHS:
+        comm = getattr(group, attr, None)
+        if comm is not None and not getattr(comm, "disabled", False):
+            found.append(label)
+    return found
+
+
+def _report_allreduce_path() -> None:
+    if _S.allreduce is not None:
+        return
+    from sglang.srt.distributed import parallel_state
+
+    group = parallel_state.get_tp_group()
+    size = int(getattr(group, "world_size", 1))
+    paths = allreduce_paths(group)
+    if size <= 1:
+        _S.allreduce = "none (TP 1)"
+        logger.info("TP size 1: no tensor-parallel all-reduce, the NCCL preset does not touch decode")
+    elif paths:
+        _S.allreduce = ", ".join(paths)
+        logger.warning(
+            "TP %d all-reduce path: %s active; the small decode all-reduces go there, not through "
+            "NCCL, so the NCCL preset barely changes decode speed (it still shapes large/prefill "
+            "collectives and fallbacks). A/B: relaunch with --disable-custom-all-reduce and compare tok/s",
+            size, _S.allreduce)
+    else:
+        _S.allreduce = "NCCL"
+        logger.info("TP %d all-reduce path: NCCL for every size; the NCCL preset is on the decode hot path", size)
+
+
+# ------------------------------------------------------------------------------------------------
+# describe(): for doctor / patch status; never imports SGLang
+
+def entry_point_present() -> bool:
+    try:
+        eps = importlib.metadata.entry_points(group="sglang.srt.plugins")
+    except Exception:  # noqa: BLE001
+        return False
+    return any(ep.value.replace(" ", "") == ENTRY_POINT for ep in eps)
+
+
+def _allowed_by_sglang(environ: dict[str, str] | None) -> bool:
+    """SGLang's allow-list: ``SGLANG_PLUGINS=a,b`` loads only the named entry points."""
+    raw = (os.environ if environ is None else environ).get("SGLANG_PLUGINS", "")
+    names = {x.strip() for x in raw.split(",") if x.strip()}
+    return not names or ENTRY_POINT_NAME in names
+
+
+def describe(env: SGLangEnv | None = None, environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """Entry point, switches, which route would record, the NCCL preset, and (in a process where
+    SGLang loaded us) what was registered and whether it was applied."""
+    sw = switches(environ)
+    info: dict[str, Any] = {"entry_point": entry_point_present(), "switches": {
+        ENV_PROFILE: sw["profile"], ENV_NCCL: sw["nccl"], ENV_AUX: sw["aux_layers"]}}
+    info["active"] = bool(sw["profile"] or sw["nccl"] or sw["aux_layers"])
+    try:
+        env = env or locate()
+    except Exception as exc:  # noqa: BLE001 - doctor reports, never fails
+        info["sglang"] = {"error": str(exc)}
+        return info
+    patched = patched_files(env)
+    info["sglang"] = {"version": env.version, "has_plugins": env.has_plugins}
+    info["source_patch_files"] = patched
+    if not sw["profile"]:
+        route, why = "none", f"{ENV_PROFILE} is not set: nothing records"
+    elif patched:
+        route, why = "source-patch", "the source patch is applied; plugin phase hooks stay off"
+    elif env.has_plugins and info["entry_point"] and not _allowed_by_sglang(environ):
+        route, why = "none", "SGLANG_PLUGINS is set and does not list eagle3_ext: SGLang skips the plugin"
+    elif env.has_plugins and info["entry_point"]:
+        route, why = "plugin", "HookRegistry AROUND hooks on the eagle worker phases"
+    elif env.has_plugins:
+        route, why = "none", "plugin entry point not installed (pip install -e . in SGLang's Python)"
+    else:
+        route, why = "none", f"SGLang {env.version} < 0.5.11 has no plugins: run `sgl-eagle3 patch apply`"
+    info["route"], info["route_why"] = route, why
+    try:
+        plan = plan_hooks(env, profile=sw["profile"] and not patched, aux=bool(sw["aux_layers"]),
+                          nccl_preset=bool(sw["nccl"]))
+        info["plan"] = plan.to_dict()
+    except Exception as exc:  # noqa: BLE001
+        info["plan"] = {"error": str(exc)}
+    if sw["nccl"]:
+        try:
+            preview = nccl.apply_preset(sw["nccl"], environ=dict(os.environ if environ is None else environ))
+            info["nccl"] = preview.to_dict()
+        except Exception as exc:  # noqa: BLE001
+            info["nccl"] = {"preset": sw["nccl"], "error": str(exc)}
+    if _S.role:
+        info["this_process"] = {"role": _S.role, "registered": [h.target for h in _S.registered],
+                                "missing": _S.missing, "route": _S.route, "nccl": _S.nccl,
+                                "allreduce": _S.allreduce, "notes": list(_S.notes)}
+    return info
