@@ -422,13 +422,19 @@ class CheckReport:
     def ok(self) -> bool:
         return not self.problems
 
-    @property
-    def prefill(self) -> list[Layer]:
-        return [from_loop(i) for i in self.prefill_loop]
+    def _ours(self, loops: list[int]) -> list[Layer | None]:
+        """Our layers; None for an index the loop never reaches."""
+        final_ok = final_capturable(FAMILIES[self.family], self.version)
+        return [None if loop_label(i, self.num_layers, final_ok).startswith("never") else from_loop(i)
+                for i in loops]
 
     @property
-    def decode(self) -> list[Layer]:
-        return [from_loop(i) for i in self.decode_loop]
+    def prefill(self) -> list[Layer | None]:
+        return self._ours(self.prefill_loop)
+
+    @property
+    def decode(self) -> list[Layer | None]:
+        return self._ours(self.decode_loop)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -550,16 +556,23 @@ def check(target_cfg: dict, draft_cfg: dict, version: str,
             P(Problem(f"duplicate capture indices {loops}{label}: one layer is captured once, so "
                       "fewer features than ids reach the draft", "remove the duplicate id"))
         unreached = [i for i in loops if i < 0 or i > n or (i == n and not final_ok)]
-        if unreached:
+        happen = f"{len(set(loops)) - len(unreached)} of {len(loops)} captures happen"
+        fix_unreached = (_fix_ids(family, version, trained_on, n) if trained_on
+                         else f"keep every capture index in 1..{n - 1} (outputs of layers 0..{n - 2})")
+        if any(i < 0 for i in unreached):
+            trained = (f"; the draft was trained on {describe(trained_on)}" if trained_on else "")
+            negs = [i for i in unreached if i < 0]
+            P(Problem(f"a negative config id asks for the embedding output (emb){trained} (-1 means emb "
+                      f"only under a +1 rule), but here {rep.rule}, so it becomes loop index "
+                      f"{format_layers(negs)}, which is never reached{label}: {happen}",
+                      fix_unreached))
+        past = [i for i in unreached if i >= 0]
+        if past:
             ids_txt = nested if name == "prefill" or not graphs_use_defaults(version) else None
-            neg = (" - config id -1 means the embedding output (emb) only under a +1 rule; here it "
-                   "captures nothing" if any(i < 0 for i in unreached) else "")
-            P(Problem(f"capture indices {unreached}{label} are never reached on a {n}-layer target "
+            P(Problem(f"capture indices {past}{label} are never reached on a {n}-layer target "
                       f"(config ids {ids_txt}; {rep.rule}): "
-                      + ", ".join(_layer_word(i, n) for i in unreached) + neg
-                      + f"; {len(set(loops)) - len(unreached)} of {len(loops)} captures happen",
-                      _fix_ids(family, version, trained_on, n) if trained_on
-                      else f"keep every capture index in 1..{n - 1} (outputs of layers 0..{n - 2})"))
+                      + ", ".join(_layer_word(i, n) for i in past) + f"; {happen}",
+                      fix_unreached))
         if 0 in loops and not (trained_on and EMB in trained_on):
             outcome = emb_outcome(family, version)
             effect = {"silent": "it is captured silently (wrong features, low acceptance, no error)",
@@ -597,7 +610,7 @@ def check(target_cfg: dict, draft_cfg: dict, version: str,
     if graphs_use_defaults(version) and prefill != decode and trained_on is None:
         P(Problem(f"SGLang {version} captures its CUDA graphs (decode, target verify) with the default "
                   f"layers {describe(rep.decode)} but eager prefill uses the config ids "
-                  f"({describe(rep.prefill)}): the draft sees different features in prefill and "
+                  f"({describe([x for x in rep.prefill if x is not None])}): the draft sees different features in prefill and "
                   "decode",
                   "make the config ids equal the defaults "
                   f"({_fix_ids(family, version, rep.decode, n)}), or run with "

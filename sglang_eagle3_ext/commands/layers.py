@@ -57,8 +57,8 @@ def _fmt(rep: layers.CheckReport, loops: list[int]) -> str:
 
 
 def render(rep: layers.CheckReport) -> None:
-    fam = rep.family + (" (DeepSeek-V3 rules via language_model)" if rep.family == "kimi_k25" else "")
-    out.print(f"SGLang {rep.version}; target {rep.target_arch} ({fam}), {rep.num_layers} decoder layers",
+    fam = rep.family + (" -> deepseek_v2 rules via language_model" if rep.family == "kimi_k25" else "")
+    out.print(f"SGLang {rep.version}; target {rep.target_arch}, family {fam}, {rep.num_layers} decoder layers",
               highlight=False, markup=False)
     out.print(f"draft  {rep.draft_arch or '(no architectures)'}: "
               f"eagle_config.eagle_aux_hidden_state_layer_ids = {rep.nested_ids}"
