@@ -19,7 +19,6 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -407,7 +406,7 @@ def importable_matches(env: SGLangEnv, python: str | None = None) -> bool:
 # Runs in the child: parse with SGLang's parser, resolve, check; print one JSON line.
 _CHECKER = r"""
 import json, sys, traceback, io, contextlib
-argv = json.loads(sys.stdin.read())
+argvs = json.loads(sys.stdin.read())
 def where(exc):
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if "sglang" in f.filename]
     if not frames:
@@ -443,51 +442,62 @@ def attempt(args):
             "speculative_num_draft_tokens", "max_running_requests", "disable_overlap_schedule",
             "attention_backend", "device")
     return {"ok": True, "resolved": {k: getattr(view, k, None) for k in keys}}
-res = attempt(argv)
-if not res["ok"] and "No accelerator" in res["message"] and "--device" not in argv:
-    res = attempt(argv + ["--device", "cuda"])
-    res["device_added"] = True
-print("EAGLE3_CHECK " + json.dumps(res, default=str))
+for argv in argvs:
+    res = attempt(argv)
+    if not res["ok"] and "No accelerator" in res["message"] and "--device" not in argv:
+        res = attempt(argv + ["--device", "cuda"])
+        res["device_added"] = True
+    print("EAGLE3_CHECK " + json.dumps(res, default=str), flush=True)
 """
 
 
-@dataclass
-class SGLangCheck:
-    ok: bool
-    message: str
-    resolved: dict
+def _server_args(argv: list[str]) -> list[str]:
+    """What follows ``-m <module>`` in a launch argv (the argv itself if it has no ``-m``)."""
+    return argv[argv.index("-m") + 2:] if "-m" in argv else list(argv)
 
 
-def run_sglang_checks(argv: list[str], *, env: dict[str, str] | None = None,
-                      python: str | None = None, timeout: float = 180.0) -> list[str]:
-    """Run SGLang's ``prepare_server_args`` + ``resolve_once`` + ``check_server_args`` on the server
-    argv (everything after ``-m sglang.launch_server``) in a child; UserError(2) on failure."""
-    i = argv.index("sglang.launch_server") + 1 if "sglang.launch_server" in argv else 0
-    args = argv[i:]
+def sglang_check_many(argvs: list[list[str]], *, env: dict[str, str] | None = None,
+                      python: str | None = None, timeout: float = 300.0) -> list[dict]:
+    """SGLang's ``prepare_server_args`` + ``resolve_once`` + ``check_server_args`` (whichever the
+    release has) for each server argv, all in ONE child Python (imports cost 8-16 s).
+    Each result: ``{"ok": bool, "type", "message", "where", "resolved", "device_added"}``."""
     child_env = dict(os.environ if env is None else env)
     child_env.setdefault("HF_HUB_OFFLINE", "1")  # a typo'd path must not cost a network timeout
+    payload = json.dumps([_server_args(a) for a in argvs])
     try:
-        proc = subprocess.run([python or sys.executable, "-c", _CHECKER], input=json.dumps(args),
+        proc = subprocess.run([python or sys.executable, "-c", _CHECKER], input=payload,
                               capture_output=True, text=True, env=child_env, timeout=timeout)
     except subprocess.TimeoutExpired as exc:
         raise UserError(f"SGLang's own argument check did not finish in {timeout:.0f} s", 1) from exc
-    line = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith("EAGLE3_CHECK ")), None)
-    if line is None:
+    results = [json.loads(ln[len("EAGLE3_CHECK "):]) for ln in proc.stdout.splitlines()
+               if ln.startswith("EAGLE3_CHECK ")]
+    if len(results) != len(argvs):
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise UserError(f"SGLang's own argument check could not run (exit {proc.returncode}): {tail}", 1)
-    res = json.loads(line[len("EAGLE3_CHECK "):])
+    return results
+
+
+def check_message(res: dict) -> str:
+    """One readable line for a failed SGLang check (bare asserts name the failing source line)."""
+    msg = (res.get("message") or "").strip().replace("\n", " ")
+    where = res.get("where") or ""
+    if not msg:
+        msg = f"failed at {where}" if where else "no message"
+    elif where:
+        msg = f"{msg} [{where.split(': ', 1)[0]}]"
+    return f"SGLang rejects these arguments: {res.get('type', 'Error')}: {msg}"
+
+
+def run_sglang_checks(argv: list[str], *, env: dict[str, str] | None = None,
+                      python: str | None = None, timeout: float = 300.0) -> list[str]:
+    """SGLang's own checks for one launch argv; UserError(2) with one readable line on failure."""
+    res = sglang_check_many([argv], env=env, python=python, timeout=timeout)[0]
     if not res["ok"]:
-        msg = res["message"].strip().replace("\n", " ")
-        where = res.get("where") or ""
-        if not msg:  # bare `assert` / empty exception: name the failing source line instead
-            msg = f"failed at {where}" if where else "no message"
-        elif where:
-            msg = f"{msg} [{where.split(': ', 1)[0]}]"
-        raise UserError(f"SGLang rejects these arguments: {res['type']}: {msg}", 2)
+        raise UserError(check_message(res), 2)
     notes = []
-    r = res.get("resolved", {})
     if res.get("device_added"):
         notes.append("SGLang's own checks ran with --device cuda added (no accelerator on this machine)")
+    r = res.get("resolved") or {}
     if r:
         shown = ", ".join(f"{k}={v}" for k, v in r.items() if v is not None)
         notes.append(f"SGLang's own checks passed; it resolves: {shown}")

@@ -156,6 +156,8 @@ def config_from_mapping(data: dict[str, Any], origin: str = "preset") -> LaunchC
             raise UserError(f"{origin}: unknown key {raw_key!r}; known keys: {', '.join(sorted(FIELDS))}", 2)
         if value is None:
             continue
+        if key == "aux_layers" and isinstance(value, list):
+            value = ",".join(str(v) for v in value)
         if key in _INT_KEYS:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise UserError(f"{origin}: {raw_key} must be an integer, got {value!r}", 2)
@@ -180,8 +182,6 @@ def config_from_mapping(data: dict[str, Any], origin: str = "preset") -> LaunchC
             if isinstance(value, bool) or not isinstance(value, (str, int, float)):
                 raise UserError(f"{origin}: {raw_key} must be a string, got {value!r}", 2)
             value = expand(str(value)) if key in ("model", "draft", "log", "profile_out", "python") else str(value)
-        if key == "aux_layers" and isinstance(value, list):
-            value = ",".join(str(v) for v in value)
         kwargs[key] = value
     return LaunchConfig(**kwargs)
 
