@@ -82,6 +82,29 @@ def phase_demo(torch, cycles: int = 300) -> None:
                                           ("draft", "verify", "extend", "other", "cycle")))
 
 
+def event_costs(torch, n: int = 20_000) -> None:
+    """What one CUDA event operation costs on the host (why the pool and the cached stream)."""
+    evs = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    stream = torch.cuda.current_stream()
+    t0 = perf_counter()
+    for ev in evs:
+        ev.record()
+    t1 = perf_counter()
+    for ev in evs:
+        ev.record(stream)
+    t2 = perf_counter()
+    evs[-1].synchronize()
+    for i in range(n - 1):
+        evs[i].elapsed_time(evs[i + 1])
+    t3 = perf_counter()
+    for _ in range(n):
+        torch.cuda.Event(enable_timing=True)
+    t4 = perf_counter()
+    print(f"\nCUDA event host costs (us per call): record() {(t1 - t0) / n * 1e6:.2f}, "
+          f"record(stream) {(t2 - t1) / n * 1e6:.2f}, elapsed_time {(t3 - t2) / (n - 1) * 1e6:.2f}, "
+          f"Event() {(t4 - t3) / n * 1e6:.2f}")
+
+
 def measure(label: str, env: dict[str, str], backend, n: int, repeats: int) -> tuple[str, float]:
     probes.reset(environ=env, backend=backend() if backend else None)
     with open(os.devnull, "w") as devnull, contextlib.redirect_stderr(devnull):
@@ -136,6 +159,7 @@ def main() -> int:
         print(f"{label:<42} {us:9.2f}")
     print(f"{'(empty Python loop, for scale)':<42} {base:9.2f}")
     if args.phase_demo and cuda:
+        event_costs(torch)
         phase_demo(torch)
     probes.reset(environ={})
     return 0

@@ -166,9 +166,10 @@ def reset(*, backend: Any = None, environ: Mapping[str, str] | None = None) -> N
     if not s["enabled"]:
         _P = None
         return
-    from ._profiler import Profiler
+    from ._profiler import Profiler, TracingProfiler
 
-    _P = Profiler(s, backend=backend, sink=windows, trace=trace)
+    cls = TracingProfiler if s["trace"] else Profiler
+    _P = cls(s, backend=backend, sink=windows, trace=trace)
     global _atexit_registered
     if not _atexit_registered:
         import atexit

@@ -53,7 +53,7 @@ class Profiler:
         self.idle_s: float = s["idle_ms"] / 1000.0
         self.spec: dict[str, int | None] = dict(s["spec"])
         self.route: str | None = s["route"]
-        self.trace = trace if s["trace"] else None
+        self.trace = trace
         self.sink = sink
         self._backend = backend
         self._notes: list[str] = []
@@ -67,6 +67,7 @@ class Profiler:
         self._cet: float | None = None  # cycle_end host time
         self._ph: list[tuple[str, bool, Any]] = []  # (phase, is_begin, mark)
         self._mark: Any = None  # backend.mark, bound once the backend is chosen
+        self._on_cycle: Any = None  # backend.begin_cycle when it has one
         self._hist: dict[int, int] = {}
         self._rank: tuple[int, int] | None = None
         self._version: str | None | bool = False  # False = not looked up yet
@@ -89,11 +90,13 @@ class Profiler:
 
     # -- hot path ----------------------------------------------------------------------------
     def cycle_begin(self) -> None:
-        if self.trace is not None:
-            self.trace.append(("cycle_begin", None))
         mark = self._mark
         if mark is None:
-            mark = self._mark = self.backend.mark
+            b = self.backend
+            mark = self._mark = b.mark
+            self._on_cycle = getattr(b, "begin_cycle", None)
+        if self._on_cycle is not None:
+            self._on_cycle()
         h = mark()
         t = perf_counter()
         if self._open:
@@ -116,20 +119,14 @@ class Profiler:
         self._ph = []
 
     def phase_begin(self, name: str) -> None:
-        if self.trace is not None:
-            self.trace.append(("phase_begin", name))
         if self._open:  # outside a decode cycle (e.g. a prefill path) is not ours to time
             self._ph.append((name, True, self._mark()))
 
     def phase_end(self, name: str) -> None:
-        if self.trace is not None:
-            self.trace.append(("phase_end", name))
         if self._open:
             self._ph.append((name, False, self._mark()))
 
     def cycle_end(self) -> None:
-        if self.trace is not None:
-            self.trace.append(("cycle_end", None))
         if self._open:
             self._ce = self._mark()
             self._cet = perf_counter()
@@ -138,8 +135,6 @@ class Profiler:
         if type(per_req) not in (list, tuple):
             tolist = getattr(per_req, "tolist", None)
             per_req = tolist() if tolist is not None else list(per_req)
-        if self.trace is not None:
-            self.trace.append(("record_accept", tuple(int(x) for x in per_req)))
         hist = self._hist
         off = 1 if bonus_included else 0
         for v in per_req:
@@ -150,8 +145,6 @@ class Profiler:
 
     def set_spec_config(self, steps: int | None, topk: int | None, draft_tokens: int | None,
                         route: str | None) -> None:
-        if self.trace is not None:
-            self.trace.append(("set_spec_config", (steps, topk, draft_tokens, route)))
         for k, v in (("steps", steps), ("topk", topk), ("draft_tokens", draft_tokens)):
             if v is not None:
                 self.spec[k] = int(v)
@@ -162,6 +155,9 @@ class Profiler:
     def _resolve(self, cycles: list[tuple[Any, Any, bool, list]]) -> tuple[dict[str, list[float]], int]:
         b = self.backend
         el = b.elapsed_ms
+        if isinstance(b, timers.WallTimer):  # float seconds: skip a method call per interval
+            def el(s: float, e: float) -> float:
+                return (e - s) * 1000.0
         per: dict[str, list[float]] = {name: [] for name in (*PHASES, CYCLE)}
         idle = 0
         for begin, end, was_idle, marks in cycles:
@@ -223,3 +219,35 @@ class Profiler:
         if len(self._cycles) < min_cycles:
             return None
         return self._emit(newest=self._cycles[-1][1])
+
+
+class TracingProfiler(Profiler):
+    """Also appends every call to ``probes.trace`` (EAGLE3_PROFILE_TRACE=1; tests and demo)."""
+
+    def cycle_begin(self) -> None:
+        self.trace.append(("cycle_begin", None))
+        super().cycle_begin()
+
+    def phase_begin(self, name: str) -> None:
+        self.trace.append(("phase_begin", name))
+        super().phase_begin(name)
+
+    def phase_end(self, name: str) -> None:
+        self.trace.append(("phase_end", name))
+        super().phase_end(name)
+
+    def cycle_end(self) -> None:
+        self.trace.append(("cycle_end", None))
+        super().cycle_end()
+
+    def record_accept(self, per_req: Iterable[int], bonus_included: bool) -> None:
+        if type(per_req) not in (list, tuple):
+            tolist = getattr(per_req, "tolist", None)
+            per_req = tolist() if tolist is not None else list(per_req)
+        self.trace.append(("record_accept", tuple(int(x) for x in per_req)))
+        super().record_accept(per_req, bonus_included)
+
+    def set_spec_config(self, steps: int | None, topk: int | None, draft_tokens: int | None,
+                        route: str | None) -> None:
+        self.trace.append(("set_spec_config", (steps, topk, draft_tokens, route)))
+        super().set_spec_config(steps, topk, draft_tokens, route)

@@ -73,11 +73,20 @@ class EventTimer:
 
     name = "events"
 
-    def __init__(self, event_factory: Callable[[], Any]) -> None:
+    def __init__(self, event_factory: Callable[[], Any],
+                 current_stream: Callable[[], Any] | None = None) -> None:
         self._new = event_factory
+        self._current_stream = current_stream
+        self._stream: Any = None
         self._pool: list[Any] = []
         self._i = 0
         self.syncs = 0
+
+    def begin_cycle(self) -> None:
+        # torch's Event.record() without a stream builds a Stream object (a device switch) on
+        # every call; the current stream is looked up once per cycle instead.
+        if self._current_stream is not None:
+            self._stream = self._current_stream()
 
     def mark(self) -> Any:
         i = self._i
@@ -85,7 +94,7 @@ class EventTimer:
             self._pool.append(self._new())
         ev = self._pool[i]
         self._i = i + 1
-        ev.record()  # current stream: the compute timeline the phases run on
+        ev.record(self._stream)  # the current stream: the compute timeline the phases run on
         return ev
 
     def wait(self, newest: Any) -> None:
@@ -122,7 +131,7 @@ class _FakeEvent:
         self.t = 0.0
         self.recorded = False
 
-    def record(self) -> None:
+    def record(self, stream: Any = None) -> None:
         self.t = self._owner.clock()
         self.recorded = True
         self._owner.records += 1
@@ -175,7 +184,7 @@ def make_backend(mode: str) -> tuple[TimerBackend, str | None]:
         return WallTimer(), f"timing mode {mode!r} needs CUDA (torch imported, a GPU visible); using 'wall'"
     if mode == "events":
         torch = sys.modules["torch"]
-        return EventTimer(lambda: torch.cuda.Event(enable_timing=True)), None
+        return EventTimer(lambda: torch.cuda.Event(enable_timing=True), torch.cuda.current_stream), None
     if mode == "sync":
         torch = sys.modules["torch"]
         return SyncTimer(torch.cuda.synchronize), None
