@@ -355,6 +355,20 @@ def _model_num_layers(model: Any) -> int | None:
 _logged = False
 
 
+def _takes_loop_indices(cls: str) -> bool:
+    """Inner models whose set_eagle3_layers_to_capture(layers_to_capture) takes loop indices, not
+    config ids (0.5.23: Qwen2MoeModel, Qwen3NextModel; qwen3_5.py's Qwen3_5ForCausalLM is named
+    like a config-id class, so the caller's parameter name decides there)."""
+    if cls.endswith("Model"):
+        return True
+    import sys
+
+    frame = sys._getframe(2)  # the (patched) set_eagle3_layers_to_capture that called us
+    code = frame.f_code
+    return (code.co_name == "set_eagle3_layers_to_capture" and code.co_argcount >= 2
+            and code.co_varnames[1] == "layers_to_capture")
+
+
 def override_layer_ids(model: Any, layer_ids: list[int] | None, requested: str | None = None
                        ) -> list[int] | None:
     """Config ids that make ``model`` (this class, in the running SGLang) capture the requested
@@ -363,9 +377,11 @@ def override_layer_ids(model: Any, layer_ids: list[int] | None, requested: str |
     text = os.environ.get(ENV) or requested
     if not text or not str(text).strip():
         return layer_ids
+    cls = type(model).__name__
+    if _takes_loop_indices(cls):
+        return layer_ids  # inner setter (already loop indices from the overridden outer call)
     source = ENV if os.environ.get(ENV) else "--aux-layers"
     wanted = parse_layers(str(text))
-    cls = type(model).__name__
     family = family_for(cls)
     if family is None:  # most SGLang models use the +1 rule (section 3.3); say we assumed it
         family = Family("generic(+1)", "?", "0.4.9", (cls,))

@@ -509,3 +509,22 @@ def test_default_version_from_sglang_root(capsys):
     rc, out, _ = _run(["--target", str(KIMI), "--draft", str(DATA / "draft_2_30_58"),
                        "--sglang-root", str(root)], capsys)
     assert rc == 1 and out.startswith("SGLang 0.5.9;")
+
+
+def test_override_leaves_loop_index_setters_alone(monkeypatch):
+    """Inner setters that take loop indices (0.5.23 Qwen2MoeModel / Qwen3NextModel, and
+    qwen3_5.py's Qwen3_5ForCausalLM(layers_to_capture)) must pass the outer result through."""
+    monkeypatch.setenv(layers.ENV, "2,30,58")
+    monkeypatch.setattr(layers, "_sglang_version", lambda: "0.5.23")
+    Qwen2MoeModel = type("Qwen2MoeModel", (), {})
+    assert layers.override_layer_ids(Qwen2MoeModel(), [3, 31, 59]) == [3, 31, 59]
+
+    class Qwen3_5ForCausalLM:
+        config = SimpleNamespace(num_hidden_layers=61)
+
+        def set_eagle3_layers_to_capture(self, layers_to_capture):
+            return layers.override_layer_ids(self, layers_to_capture)
+
+    assert Qwen3_5ForCausalLM().set_eagle3_layers_to_capture([3, 31, 59]) == [3, 31, 59]
+    Qwen3MoeForCausalLM = type("Qwen3MoeForCausalLM", (), {"config": SimpleNamespace(num_hidden_layers=61)})
+    assert layers.override_layer_ids(Qwen3MoeForCausalLM(), [9, 9, 9]) == [2, 30, 58]
