@@ -252,3 +252,28 @@ def test_events_without_cuda_falls_back_to_wall_and_says_so(capsys):
     assert r["mode"] == "wall" and r["mode_requested"] == "events"
     assert any("needs CUDA" in n for n in r["notes"])
     assert "timing mode 'events' needs CUDA" in capsys.readouterr().err
+
+
+def test_tensor_like_counts_and_unbalanced_phases(tmp_path, capsys):
+    """Counts may come as anything with .tolist() (a CPU tensor); stray phase calls are dropped."""
+    import array
+
+    clock = Clock()
+    probes.reset(environ=on(), backend=timers.FakeEventTimer(clock))
+    probes.phase_begin("draft")  # before any cycle: ignored
+    probes.phase_end("draft")
+    for _ in range(10):
+        probes.cycle_begin()
+        probes.phase_end("verify")  # an end without a begin: dropped
+        probes.phase_begin("draft")
+        clock.ms(2.0)
+        probes.phase_end("draft")
+        probes.phase_begin("draft")  # a second draft in one cycle (0.5.23 PP tail draft): summed
+        clock.ms(1.0)
+        probes.phase_end("draft")
+        probes.record_accept(array.array("i", [3, 1]), bonus_included=True)
+        probes.cycle_end()
+    probes.cycle_begin()
+    r = probes.windows[0]
+    assert r["phases"]["draft"]["mean_ms"] == 3.0 and r["phases"]["verify"]["mean_ms"] == 0.0
+    assert r["accept_hist"] == {"0": 10, "2": 10} and r["accept_len"] == 2.0

@@ -68,6 +68,7 @@ class Profiler:
         self._ph: list[tuple[str, bool, Any]] = []  # (phase, is_begin, mark)
         self._mark: Any = None  # backend.mark, bound once the backend is chosen
         self._on_cycle: Any = None  # backend.begin_cycle when it has one
+        self._host_marks = False  # True when marks are host perf_counter values (wall)
         self._hist: dict[int, int] = {}
         self._rank: tuple[int, int] | None = None
         self._version: str | None | bool = False  # False = not looked up yet
@@ -95,10 +96,11 @@ class Profiler:
             b = self.backend
             mark = self._mark = b.mark
             self._on_cycle = getattr(b, "begin_cycle", None)
+            self._host_marks = type(b) is timers.WallTimer  # marks are perf_counter already
         if self._on_cycle is not None:
             self._on_cycle()
         h = mark()
-        t = perf_counter()
+        t = h if self._host_marks else perf_counter()
         if self._open:
             # the previous cycle ends here, unless the scheduler went idle (or ran prefills)
             # after its cycle_end: then it ends at that cycle_end.
@@ -111,7 +113,7 @@ class Profiler:
                 self._emit(newest=h)
                 # the window's read and write must not be billed to the next cycle: restart it
                 h = mark()
-                t = perf_counter()
+                t = h if self._host_marks else perf_counter()
         self._open = True
         self._cb = h
         self._ct = t
@@ -128,14 +130,19 @@ class Profiler:
 
     def cycle_end(self) -> None:
         if self._open:
-            self._ce = self._mark()
-            self._cet = perf_counter()
+            h = self._ce = self._mark()
+            self._cet = h if self._host_marks else perf_counter()
 
     def record_accept(self, per_req: Iterable[int], bonus_included: bool) -> None:
+        hist = self._hist
+        if not bonus_included and type(per_req) is list and len(per_req) == 1:  # the common case
+            n = per_req[0]
+            if type(n) is int and n >= 0:
+                hist[n] = hist.get(n, 0) + 1
+                return
         if type(per_req) not in (list, tuple):
             tolist = getattr(per_req, "tolist", None)
             per_req = tolist() if tolist is not None else list(per_req)
-        hist = self._hist
         off = 1 if bonus_included else 0
         for v in per_req:
             n = int(v) - off
@@ -160,20 +167,32 @@ class Profiler:
                 return (e - s) * 1000.0
         per: dict[str, list[float]] = {name: [] for name in (*PHASES, CYCLE)}
         idle = 0
+        p_draft, p_verify, p_extend = per["draft"], per["verify"], per["extend"]
+        p_other, p_cycle = per["other"], per[CYCLE]
+        opened: dict[str, Any] = {}
         for begin, end, was_idle, marks in cycles:
             idle += was_idle
             total = el(begin, end)
-            sums = {"draft": 0.0, "verify": 0.0, "extend": 0.0}
-            opened: dict[str, Any] = {}
+            d = v = x = 0.0
+            opened.clear()
             for name, is_begin, m in marks:
                 if is_begin:
                     opened[name] = m
-                elif name in opened and name in sums:  # an end without a begin is dropped
-                    sums[name] += el(opened.pop(name), m)
-            for name, v in sums.items():
-                per[name].append(v)
-            per["other"].append(max(0.0, total - sums["draft"] - sums["verify"] - sums["extend"]))
-            per[CYCLE].append(total)
+                    continue
+                s = opened.pop(name, None)
+                if s is None:  # an end without a begin is dropped
+                    continue
+                if name == "verify":
+                    v += el(s, m)
+                elif name == "draft":
+                    d += el(s, m)
+                elif name == "extend":
+                    x += el(s, m)
+            p_draft.append(d)
+            p_verify.append(v)
+            p_extend.append(x)
+            p_other.append(max(0.0, total - d - v - x))
+            p_cycle.append(total)
         return per, idle
 
     def _emit(self, newest: Any) -> dict[str, Any] | None:
@@ -241,6 +260,12 @@ class TracingProfiler(Profiler):
         super().cycle_end()
 
     def record_accept(self, per_req: Iterable[int], bonus_included: bool) -> None:
+        hist = self._hist
+        if not bonus_included and type(per_req) is list and len(per_req) == 1:  # the common case
+            n = per_req[0]
+            if type(n) is int and n >= 0:
+                hist[n] = hist.get(n, 0) + 1
+                return
         if type(per_req) not in (list, tuple):
             tolist = getattr(per_req, "tolist", None)
             per_req = tolist() if tolist is not None else list(per_req)
