@@ -106,8 +106,8 @@ def _corpus() -> list[str]:
     return lines
 
 
-def build_tokenizer(out: Path) -> dict[str, int]:
-    """Train the byte-level BPE, save it (with chat template) into `out`; return special ids."""
+def build_tokenizer(*outs: Path) -> dict[str, int]:
+    """Train the byte-level BPE, save it (with chat template) into each folder; return special ids."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -125,7 +125,8 @@ def build_tokenizer(out: Path) -> dict[str, int]:
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=PAD,
                                    model_max_length=MAX_POS, clean_up_tokenization_spaces=False)
     fast.chat_template = CHAT_TEMPLATE
-    fast.save_pretrained(str(out))
+    for out in outs:
+        fast.save_pretrained(str(out))
     ids = {s: tok.token_to_id(s) for s in SPECIALS}
     if min(ids.values()) != VOCAB - len(SPECIALS):
         raise UserError(f"special token ids not at the end of the vocab: {ids}")
@@ -378,8 +379,8 @@ def build(out_dir: str | Path, acceptance: Acceptance | str = "oracle", seed: in
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} exists and is not a folder", exit_code=2)
     target, draft = out / "target", out / "draft"
-    special = build_tokenizer(target)
-    build_tokenizer(draft)  # SGLang reads the target's; the copy keeps the draft self-contained
+    # SGLang reads the target's tokenizer; the copy keeps the draft folder self-contained.
+    special = build_tokenizer(target, draft)
 
     g = torch.Generator().manual_seed(seed)
     # +-1 embeddings: every token has the same RMS, which the partial construction relies on.
