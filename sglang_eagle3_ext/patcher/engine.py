@@ -1,0 +1,343 @@
+"""Apply / revert / status / diff of the patch specs on one SGLang tree.
+
+Safety rules (DESIGN.md): every anchor of every patch in the set is checked in memory first and
+nothing is written unless all matched; files are written atomically under a lock; pristine
+copies and a manifest (sha256 before/after) make revert exact; stale bytecode is removed; apply
+is declarative (the result is always "pristine + the selected patches"), so applying twice is
+a no-op; a file changed since patching is "drifted" and is never overwritten without --force.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..errors import UserError
+from ..sglang_env import SGLangEnv
+from . import manifest as mf
+from .spec import Patch, load_specs, select
+from .transform import MARKER, FileResult, transform_source
+
+_AUX_RE = re.compile(r"^(emb|-?\d+)(,(emb|-?\d+))*$")
+
+
+@dataclass
+class FilePlan:
+    rel: str
+    action: str  # "patch" | "unchanged" | "restore"
+    current: bytes
+    new: bytes
+    result: FileResult | None = None
+
+
+@dataclass
+class Plan:
+    env: SGLangEnv
+    patches: list[Patch]
+    options: dict[str, Any]
+    files: list[FilePlan] = field(default_factory=list)
+    previous: dict[str, Any] | None = None
+
+    @property
+    def changes(self) -> list[FilePlan]:
+        return [f for f in self.files if f.current != f.new]
+
+
+def _norm_aux(value: str | None, previous: dict[str, Any] | None) -> str | None:
+    """``None`` keeps what was applied before; ``off`` removes the override."""
+    if value is None:
+        return (previous or {}).get("aux_layers")
+    v = value.replace(" ", "")
+    if v.lower() in ("off", "none", ""):
+        return None
+    if not _AUX_RE.match(v):
+        raise UserError(f"--aux-layers {value!r}: expected comma-separated layer numbers, e.g. 2,30,58 "
+                        "(or 'emb'); 'off' removes the override", exit_code=2)
+    return v
+
+
+def _target_files(env: SGLangEnv, patches: list[Patch]) -> dict[str, list[Patch]]:
+    """relpath -> patches touching it. Globs are narrowed to files that mention the method."""
+    out: dict[str, list[Patch]] = {}
+    for p in patches:
+        if any(ch in p.file for ch in "*?["):
+            needles = [f"def {m}".encode() for m in p.method]
+            for path in sorted(env.package_dir.glob(p.file)):
+                data = path.read_bytes()
+                if any(n in data for n in needles):
+                    out.setdefault(path.relative_to(env.package_dir).as_posix(), []).append(p)
+        else:
+            out.setdefault(p.file, []).append(p)
+    return out
+
+
+def _base_bytes(env: SGLangEnv, rel: str, current: bytes, entry: dict | None, errors: list[str]) -> bytes | None:
+    """The original bytes of a file (from the pristine copy when it is patched by us)."""
+    if entry is None:
+        return current
+    h = mf.sha256(current)
+    if h == entry["before"]:
+        return current
+    if h == entry["after"]:
+        pristine = mf.pristine_path(env.package_dir, rel)
+        data = pristine.read_bytes() if pristine.is_file() else b""
+        if mf.sha256(data) != entry["before"]:
+            errors.append(f"{rel}: pristine copy {pristine} is missing or corrupted")
+            return None
+        return data
+    errors.append(f"{rel}: drifted (changed since it was patched); restore it or run "
+                  "`sgl-eagle3 patch revert --force`")
+    return None
+
+
+def plan(env: SGLangEnv, *, only: list[str] | None = None, aux_layers: str | None = None,
+         specs_dir: Path | None = None) -> Plan:
+    """Everything apply would write, computed in memory; raises UserError on any anchor problem."""
+    previous = mf.read(env.package_dir)
+    options = {"aux_layers": _norm_aux(aux_layers, previous)}
+    specs = load_specs(specs_dir)
+    chosen = select(specs, env, only=only, options=options)
+    if not chosen:
+        raise UserError(f"no patch spec applies to SGLang {env.version} "
+                        f"(families: {', '.join(env.families) or 'none found'})")
+    targets = _target_files(env, chosen)
+    pl = Plan(env, chosen, options, previous=previous)
+    errors: list[str] = []
+    prev_files = (previous or {}).get("files", {})
+    for p in chosen:
+        if p.kind == "method-entry" and p.cls_regex and not any(p in ps for ps in targets.values()):
+            errors.append(f"{p.file}: no {'/'.join(p.method)} found (patch {p.name})")
+    for rel, patches in targets.items():
+        path = env.path(rel)
+        if not path.is_file():
+            errors.append(f"{rel}: file not found (patch {', '.join(x.name for x in patches)})")
+            continue
+        current = path.read_bytes()
+        base = _base_bytes(env, rel, current, prev_files.get(rel), errors)
+        if base is None:
+            continue
+        res = transform_source(rel, base.decode("utf-8"), patches, env.version, options)
+        errors.extend(res.errors)
+        if res.new_source is None:
+            if not res.errors:  # e.g. a glob file whose only classes were skipped
+                if res.notes:
+                    pl.files.append(FilePlan(rel, "unchanged", current, base, res))
+                continue
+            continue
+        try:
+            compile(res.new_source, str(path), "exec", dont_inherit=True)
+        except SyntaxError as exc:
+            errors.append(f"{rel}: patched text does not compile ({exc.msg}, line {exc.lineno})")
+            continue
+        new = res.new_source.encode("utf-8")
+        pl.files.append(FilePlan(rel, "patch", current, new, res))
+    for rel, entry in prev_files.items():  # patched before, not part of this set: back to pristine
+        if rel in targets:
+            continue
+        path = env.path(rel)
+        current = path.read_bytes() if path.is_file() else b""
+        base = _base_bytes(env, rel, current, entry, errors)
+        if base is not None:
+            pl.files.append(FilePlan(rel, "restore", current, base))
+    if errors:
+        raise UserError("refused, nothing written: " + "; ".join(errors))
+    return pl
+
+
+def apply(env: SGLangEnv, *, only: list[str] | None = None, aux_layers: str | None = None,
+          dry_run: bool = False, specs_dir: Path | None = None) -> Plan:
+    """Bring the tree to "pristine + selected patches". Returns the plan (what changed)."""
+    if dry_run:
+        return plan(env, only=only, aux_layers=aux_layers, specs_dir=specs_dir)
+    with mf.locked(env.package_dir):
+        pl = plan(env, only=only, aux_layers=aux_layers, specs_dir=specs_dir)
+        files = {f.rel: f for f in pl.files if f.action == "patch"}
+        names = [p.name for p in pl.patches]
+        prev = pl.previous or {}
+        if not pl.changes and prev.get("patches") == names and \
+                prev.get("aux_layers") == pl.options["aux_layers"]:
+            return pl
+        # pristine copies first, then the manifest, then the files: a crash at any point leaves
+        # every file either original or patched, and the manifest knows both hashes.
+        prev_files = prev.get("files", {})
+        for rel, f in files.items():
+            if rel not in prev_files:
+                mf.atomic_write(mf.pristine_path(env.package_dir, rel), f.current)
+        entries = {}
+        for rel, f in files.items():
+            before = prev_files[rel]["before"] if rel in prev_files else mf.sha256(f.current)
+            entries[rel] = {"before": before, "after": mf.sha256(f.new),
+                            "patches": sorted({i.patch for i in f.result.inserted if i.patch != "(import)"}),
+                            "insertions": len(f.result.inserted)}
+        mf.write(env.package_dir, {
+            "sglang_version": env.version, "families": env.families,
+            "applied_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "tool_version": __version__,
+            "patches": names, "aux_layers": pl.options["aux_layers"], "files": entries,
+        })
+        for f in pl.changes:
+            path = env.path(f.rel)
+            mode = path.stat().st_mode & 0o7777 if path.exists() else None
+            mf.atomic_write(path, f.new, mode)
+            mf.drop_bytecode(path)
+        for f in pl.files:
+            if f.action == "restore":
+                mf.pristine_path(env.package_dir, f.rel).unlink(missing_ok=True)
+        return pl
+
+
+@dataclass
+class RevertReport:
+    restored: list[str] = field(default_factory=list)
+    already_original: list[str] = field(default_factory=list)
+    forced: list[str] = field(default_factory=list)
+    left_alone: list[str] = field(default_factory=list)
+    nothing: bool = False
+
+
+def revert(env: SGLangEnv, *, force: bool = False) -> RevertReport:
+    """Restore every patched file to its original bytes (hash-checked) and drop the state."""
+    rep = RevertReport()
+    with mf.locked(env.package_dir):
+        man = mf.read(env.package_dir)
+        if man is None:
+            marked = _marked_files(env)
+            shutil.rmtree(mf.state_dir(env.package_dir), ignore_errors=True)
+            if marked:
+                raise UserError(f"no manifest, but {len(marked)} file(s) carry {MARKER} insertions "
+                                f"({', '.join(marked)}); reinstall SGLang to restore them")
+            rep.nothing = True
+            return rep
+        todo: list[tuple[str, bytes]] = []
+        drifted: list[str] = []
+        for rel, entry in man["files"].items():
+            path = env.path(rel)
+            cur = path.read_bytes() if path.is_file() else None
+            h = mf.sha256(cur) if cur is not None else None
+            pristine = mf.pristine_path(env.package_dir, rel)
+            orig = pristine.read_bytes() if pristine.is_file() else None
+            if h == entry["before"]:
+                rep.already_original.append(rel)
+                continue
+            if orig is None or mf.sha256(orig) != entry["before"]:
+                raise UserError(f"refused, nothing written: pristine copy of {rel} is missing or corrupted")
+            if h == entry["after"]:
+                todo.append((rel, orig))
+            else:
+                drifted.append(rel)
+                if force and cur is not None and MARKER.encode() in cur:
+                    todo.append((rel, orig))
+                    rep.forced.append(rel)
+                elif force:
+                    rep.left_alone.append(rel)  # replaced wholesale (an upgrade): not ours any more
+        if drifted and not force:
+            raise UserError(f"refused, nothing written: {len(drifted)} file(s) changed since they were "
+                            f"patched ({', '.join(drifted)}); `patch status` shows them as drifted; "
+                            "use --force to restore the originals anyway")
+        for rel, orig in todo:
+            path = env.path(rel)
+            mode = path.stat().st_mode & 0o7777 if path.exists() else None
+            mf.atomic_write(path, orig, mode)
+            mf.drop_bytecode(path)
+            if rel not in rep.forced:
+                rep.restored.append(rel)
+        shutil.rmtree(mf.state_dir(env.package_dir), ignore_errors=True)
+    return rep
+
+
+def _marked_files(env: SGLangEnv, specs_dir: Path | None = None) -> list[str]:
+    """Files any spec could touch in this tree that carry our marker (cheap byte search)."""
+    try:
+        specs = load_specs(specs_dir)
+    except UserError:
+        return []
+    out = []
+    for rel in _target_files(env, specs):
+        p = env.path(rel)
+        if p.is_file() and MARKER.encode() in p.read_bytes():
+            out.append(rel)
+    return out
+
+
+def status(env: SGLangEnv, specs_dir: Path | None = None) -> dict[str, Any]:
+    """The truth per file, from hashes (not from what the manifest hopes)."""
+    man = mf.read(env.package_dir)
+    files: list[dict[str, Any]] = []
+    if man:
+        for rel, entry in man["files"].items():
+            p = env.path(rel)
+            if not p.is_file():
+                state = "missing"
+            else:
+                h = mf.sha256(p.read_bytes())
+                state = {entry["after"]: "patched", entry["before"]: "original"}.get(h, "drifted")
+            files.append({"path": rel, "state": state, "patches": entry.get("patches", [])})
+    else:
+        for rel in _marked_files(env, specs_dir):
+            files.append({"path": rel, "state": "marked, no manifest", "patches": []})
+    states = {f["state"] for f in files}
+    if not files:
+        overall = "not patched"
+    elif states == {"patched"}:
+        overall = "patched"
+    elif "drifted" in states or "missing" in states:
+        overall = "drifted"
+    elif states == {"original"}:
+        overall = "not patched (stale manifest)"
+    elif "marked, no manifest" in states:
+        overall = "unmanaged"
+    else:
+        overall = "partial"
+    try:
+        applicable = [p.name for p in load_specs(specs_dir) if p.applies_to(env)]
+    except UserError:
+        applicable = []
+    return {
+        "sglang": {"version": env.version, "package_dir": str(env.package_dir), "families": env.families},
+        "state": overall,
+        "manifest": None if not man else {k: man.get(k) for k in (
+            "sglang_version", "applied_at", "tool_version", "patches", "aux_layers")},
+        "files": files,
+        "applicable_patches": applicable,
+    }
+
+
+def status_summary(env: SGLangEnv) -> dict[str, Any]:
+    """Short form for `doctor`."""
+    st = status(env)
+    man = st["manifest"] or {}
+    return {
+        "state": st["state"],
+        "route": "source-patch" if st["state"] in ("patched", "partial", "drifted") else None,
+        "patched_files": sum(1 for f in st["files"] if f["state"] == "patched"),
+        "patches": man.get("patches", []),
+        "aux_layers": man.get("aux_layers"),
+        "drifted": [f["path"] for f in st["files"] if f["state"] in ("drifted", "missing")],
+    }
+
+
+def diff(env: SGLangEnv, *, only: list[str] | None = None, aux_layers: str | None = None) -> str:
+    """Unified diff: pristine -> on disk when patched; else on disk -> what apply would write."""
+    man = mf.read(env.package_dir)
+    chunks: list[str] = []
+
+    def one(rel: str, a: bytes, b: bytes, la: str, lb: str) -> None:
+        chunks.extend(difflib.unified_diff(
+            a.decode("utf-8", "replace").splitlines(keepends=True),
+            b.decode("utf-8", "replace").splitlines(keepends=True),
+            fromfile=f"{la}/{rel}", tofile=f"{lb}/{rel}", n=2))
+
+    if man:
+        for rel in man["files"]:
+            p, q = mf.pristine_path(env.package_dir, rel), env.path(rel)
+            one(rel, p.read_bytes() if p.is_file() else b"", q.read_bytes() if q.is_file() else b"",
+                "pristine", "installed")
+    else:
+        for f in plan(env, only=only, aux_layers=aux_layers).changes:
+            one(f.rel, f.current, f.new, "installed", "patched")
+    return "".join(chunks)
