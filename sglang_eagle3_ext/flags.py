@@ -484,7 +484,7 @@ def check_message(res: dict) -> str:
     if not msg:
         msg = f"failed at {where}" if where else "no message"
     elif where:
-        msg = f"{msg} [{where.split(': ', 1)[0]}]"
+        msg = f"{msg} (at {where.split(': ', 1)[0]})"  # no [..]: rich would read it as markup
     return f"SGLang rejects these arguments: {res.get('type', 'Error')}: {msg}"
 
 
