@@ -277,3 +277,18 @@ def test_tensor_like_counts_and_unbalanced_phases(tmp_path, capsys):
     r = probes.windows[0]
     assert r["phases"]["draft"]["mean_ms"] == 3.0 and r["phases"]["verify"]["mean_ms"] == 0.0
     assert r["accept_hist"] == {"0": 10, "2": 10} and r["accept_len"] == 2.0
+
+
+def test_flush_mid_cycle_keeps_the_open_cycle_start():
+    clock = Clock()
+    fake = timers.FakeEventTimer(clock)
+    probes.reset(environ=on(), backend=fake)
+    drive(clock, 3, [[1]] * 3)  # ends with an open cycle (begun, no cycle_end)
+    assert probes.flush()["cycles"] == 3
+    clock.ms(5.0)
+    probes.cycle_end()
+    drive(clock, 10, [[1]] * 10, draft=1.0, verify=1.0, extend=1.0, tail=0.0)
+    # the open cycle: 5 ms, then 10 cycles of 3 ms; its start mark survived the pool reset
+    assert probes.windows[-1]["cycles"] == 10
+    assert probes.windows[-1]["phases"]["cycle"]["p50_ms"] == 3.0
+    assert probes.windows[-1]["phases"]["cycle"]["mean_ms"] == pytest.approx((5.0 + 9 * 3.0) / 10)

@@ -195,7 +195,7 @@ class Profiler:
             p_cycle.append(total)
         return per, idle
 
-    def _emit(self, newest: Any) -> dict[str, Any] | None:
+    def _emit(self, newest: Any, keep: Any = None) -> dict[str, Any] | None:
         cycles, self._cycles = self._cycles, []
         hist, self._hist = self._hist, {}
         if self._rank is None:
@@ -204,11 +204,11 @@ class Profiler:
         b = self.backend
         self.window += 1
         if rank != 0:  # other ranks record but do not read or write (no sync there either)
-            b.release(None)
+            b.release(keep)
             return None
         b.wait(newest)  # the only host wait of the window (a no-op for wall/sync)
         per, idle = self._resolve(cycles)
-        b.release(None)  # every handle is read; the next cycle starts with a fresh mark
+        b.release(keep)  # every handle is read; the next cycle starts with a fresh mark
         if self._version is False:
             self._version = _sglang_version()
         rec = build_record(
@@ -237,7 +237,8 @@ class Profiler:
             self._open = False
         if len(self._cycles) < min_cycles:
             return None
-        return self._emit(newest=self._cycles[-1][1])
+        # a cycle still open (no cycle_end yet) keeps its start mark through the pool reset
+        return self._emit(newest=self._cycles[-1][1], keep=self._cb if self._open else None)
 
 
 class TracingProfiler(Profiler):
