@@ -50,10 +50,22 @@ _NO_HOOK_ROLES = ("detokenizer", "dp-controller", "launcher")
 # Logging: our own stderr handler, because register() runs before SGLang configures logging in
 # a spawned scheduler (INFO would be dropped) and stderr is what the server log captures.
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at emit time (SGLang or pytest may swap it)."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
 def _make_logger() -> logging.Logger:
     log = logging.getLogger("sglang_eagle3_ext.plugin")
     if not log.handlers:
-        h = logging.StreamHandler(sys.stderr)
+        h = _StderrHandler()
         h.setFormatter(logging.Formatter("sglang-eagle3-ext plugin [pid %(process)d] %(levelname)s: %(message)s"))
         log.addHandler(h)
         log.setLevel(logging.INFO)
@@ -649,6 +661,7 @@ def describe(env: SGLangEnv | None = None, environ: dict[str, str] | None = None
     info: dict[str, Any] = {"entry_point": entry_point_present(), "switches": {
         ENV_PROFILE: sw["profile"], ENV_NCCL: sw["nccl"], ENV_AUX: sw["aux_layers"]}}
     info["active"] = bool(sw["profile"] or sw["nccl"] or sw["aux_layers"])
+    info["loaded_by_sglang"] = _allowed_by_sglang(environ)
     try:
         env = env or locate()
     except Exception as exc:  # noqa: BLE001 - doctor reports, never fails
