@@ -135,7 +135,8 @@ class NcclReport:
         def fmt(d: dict[str, str]) -> str:
             return " ".join(f"{k}={v}" for k, v in d.items()) or "-"
 
-        out = [f"NCCL preset {self.preset!r}: applied {fmt(self.applied)}"]
+        applied = fmt(self.applied) if self.applied else "nothing new"
+        out = [f"NCCL preset {self.preset!r}: applied {applied}"]
         if self.already:
             out.append(f"  already set to the preset's value: {fmt(self.already)}")
         for var, (user, want) in self.kept.items():
