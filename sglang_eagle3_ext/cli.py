@@ -58,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         from .console import err
 
-        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        # markup off for the message: paths and flags like "[2, 30]" must print verbatim
+        err.print("[bold red]error:[/] ", end="", highlight=False)
+        err.print(str(exc), markup=False, highlight=False)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
