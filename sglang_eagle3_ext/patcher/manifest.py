@@ -74,6 +74,7 @@ def drop_bytecode(path: Path) -> int:
 def locked(package_dir: Path, timeout: float = 10.0) -> Iterator[None]:
     """Exclusive lock for apply/revert on one SGLang tree."""
     d = state_dir(package_dir)
+    created = not d.exists()
     try:
         d.mkdir(exist_ok=True)
     except OSError as exc:
@@ -93,6 +94,11 @@ def locked(package_dir: Path, timeout: float = 10.0) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+        # a refused apply must leave the tree exactly as it was: no empty state folder behind
+        if created and d.is_dir() and set(os.listdir(d)) <= {"lock"}:
+            with contextlib.suppress(OSError):
+                (d / "lock").unlink()
+                d.rmdir()
 
 
 def read(package_dir: Path) -> dict[str, Any] | None:

@@ -475,6 +475,8 @@ def transform_source(relpath: str, source: str, patches: list[Patch], version: s
         res.errors.append(f"{relpath}: already carries {MARKER} insertions but is not in the "
                           "manifest; restore the original file first")
         return res
+    bom = "\ufeff" if source.startswith("\ufeff") else ""  # kept byte for byte, invisible to parsers
+    source = source[len(bom):]
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
@@ -524,7 +526,7 @@ def transform_source(relpath: str, source: str, patches: list[Patch], version: s
     if at and not out[at - 1].endswith("\n"):
         block = "\n" + block
     out[at:at] = [block]
-    res.new_source = "".join(out)
+    res.new_source = bom + "".join(out)
     for m in modules_used:
         res.inserted.insert(0, Inserted("(import)", f"guarded import of sglang_eagle3_ext.{m}",
                                         f"from sglang_eagle3_ext import {m} as"))
