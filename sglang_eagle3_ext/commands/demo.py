@@ -1,0 +1,187 @@
+"""`sgl-eagle3 demo`: tiny models -> probes (patch or plugin) -> profiled launch -> bench ->
+profile table -> stop -> revert, in one command, on whatever GPU and SGLang this machine has.
+
+Without a CUDA GPU (or with --dry-run) it still builds the tiny models and plans the patch, then
+prints the launch command, env and the steps it would run, and changes nothing in SGLang.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import time
+from pathlib import Path
+from typing import Any
+
+from ..console import err, out
+from ..errors import UserError
+
+HELP = "One-command demo: tiny models, probes, profiled EAGLE-3 server, bench, profile table, revert."
+
+# Small-footprint server flags every release we know accepts; --server-args adds more
+# (e.g. the H200 bundle's "--attention-backend triton --sampling-backend pytorch ...").
+BASE_SERVER_ARGS = ["--mem-fraction-static", "0.3", "--max-running-requests", "8"]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--acceptance", default="oracle", metavar="oracle|random|P",
+                   help="tiny draft quality (see `sgl-eagle3 tiny`; default oracle)")
+    p.add_argument("--steps", type=int, default=2, help="EAGLE3 steps (topk 1, steps+1 draft tokens)")
+    p.add_argument("--route", choices=("auto", "patch", "plugin"), default="auto",
+                   help="how probes get in: plugin (SGLang 0.5.11+) or source patch; auto prefers plugin")
+    p.add_argument("--out", default="demo-out", metavar="DIR", help="models, logs, results (default demo-out)")
+    p.add_argument("--runs", type=int, default=3, help="measured bench runs (after 1 warm-up)")
+    p.add_argument("--max-tokens", type=int, default=200)
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--profile-every", type=int, default=20, help="cycles per profile window")
+    p.add_argument("--profile-mode", choices=("events", "wall", "sync"), default=None)
+    p.add_argument("--timeout", type=float, default=600, help="seconds to wait for the server")
+    p.add_argument("--server-args", default="", metavar="'ARGS'",
+                   help="extra SGLang server flags, one quoted string")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dry-run", action="store_true", help="show what would run, even on a GPU")
+
+
+def gpu_name() -> str | None:
+    """Name of CUDA device 0, or None (no torch, no CUDA, or no device)."""
+    try:
+        import torch
+    except Exception:  # noqa: BLE001 - no torch means no GPU for us
+        return None
+    try:
+        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def choose_route(route: str, env) -> str:
+    if route == "auto":
+        return "plugin" if env.has_plugins else "source-patch"
+    if route == "plugin":
+        if not env.has_plugins:
+            raise UserError(f"SGLang {env.version} has no plugin framework (0.5.11+); "
+                            "use --route patch", exit_code=2)
+        return "plugin"
+    return "source-patch"
+
+
+def _validate(args: argparse.Namespace) -> None:
+    from .. import tiny
+
+    tiny.parse_acceptance(args.acceptance)
+    if args.steps < 1:
+        raise UserError("--steps must be >= 1", exit_code=2)
+    if args.runs < 1 or args.max_tokens < 1 or args.profile_every < 1:
+        raise UserError("--runs, --max-tokens and --profile-every must be >= 1", exit_code=2)
+    try:
+        shlex.split(args.server_args)
+    except ValueError as exc:
+        raise UserError(f"--server-args: {exc}", exit_code=2) from None
+
+
+def _step(n: int, text: str) -> None:
+    err.print(f"[bold]\\[{n}/7][/] {text}", highlight=False)
+
+
+def run(args: argparse.Namespace) -> int:
+    from .. import server as srv
+    from .. import tiny
+    from ..sglang_env import locate
+
+    _validate(args)
+    env = locate(args.sglang_root)
+    route = choose_route(args.route, env)
+    gpu = gpu_name()
+    outdir = Path(args.out).absolute()
+    outdir.mkdir(parents=True, exist_ok=True)
+    live = bool(gpu) and not args.dry_run
+    err.print(f"SGLang {env.version} at {env.package_dir} ({env.source}); route: {route}; "
+              f"GPU: {gpu or 'none'}" + ("" if live else " -> dry run: nothing is launched or changed"))
+
+    _step(1, f"tiny models (acceptance={args.acceptance}) -> {outdir / 'models'}")
+    models = tiny.build(outdir / "models", args.acceptance, seed=args.seed)
+    expected = models.info["expected_accept_len"].get(str(args.steps))
+
+    _step(2, "probes: " + ("plugin (EAGLE3_PROFILE=1 activates it in every SGLang process)"
+                           if route == "plugin" else "source patch of the installed SGLang"))
+    from ..patcher import engine
+
+    pl = None
+    if route == "source-patch":
+        pl = engine.apply(env, dry_run=not live)
+        files = [f.rel for f in pl.files if f.action == "patch"]
+        out.print(f"{'patched' if live else 'would patch'}: {', '.join(files) or '(already patched)'}")
+
+    cfg = srv.LaunchConfig(
+        model=str(models.target), draft=str(models.draft), algorithm="EAGLE3", steps=args.steps,
+        topk=1, draft_tokens=args.steps + 1, profile=True, profile_every=args.profile_every,
+        profile_mode=args.profile_mode, profile_out=str(outdir / "profile.jsonl"),
+        port=args.port, log=str(outdir / "server.log"), timeout=args.timeout,
+        extra_args=BASE_SERVER_ARGS + shlex.split(args.server_args), name="demo")
+    if route == "source-patch":
+        cfg.env["SGLANG_PLUGINS"] = "none"  # one recorder only: the patched code
+    argv, add_env = srv.build_command(cfg)
+    _step(3, "launch (profiled):")
+    out.print(" ".join(f"{k}={shlex.quote(v)}" for k, v in add_env.items()) + " \\\n  "
+              + " ".join(shlex.quote(a) for a in argv), highlight=False)
+    bench_cmd = (f"sgl-eagle3 bench --url {cfg.url} --runs {args.runs} --warmup 1 "
+                 f"--max-tokens {args.max_tokens}")
+    _step(4, f"bench: {bench_cmd}")
+    _step(5, f"profile: sgl-eagle3 profile {outdir / 'profile.jsonl'}")
+    _step(6, "stop the server")
+    _step(7, "revert the patch (byte-identical install)" if route == "source-patch"
+          else "nothing to revert (plugin route)")
+    summary: dict[str, Any] = {"sglang_version": env.version, "route": route, "gpu": gpu,
+                               "acceptance": models.info["acceptance"], "steps": args.steps,
+                               "expected_accept_len": expected, "command": argv, "env": add_env,
+                               "live": live}
+    if not live:
+        why = "--dry-run" if args.dry_run else "no CUDA GPU on this machine"
+        out.print(f"[yellow]{why}:[/] steps 3-7 not run; the tiny models are in {outdir / 'models'}")
+        (outdir / "demo.json").write_text(json.dumps(summary, indent=2) + "\n")
+        return 0
+    return _run_live(args, env, route, cfg, outdir, summary)
+
+
+def _run_live(args, env, route: str, cfg, outdir: Path,
+              summary: dict[str, Any]) -> int:
+    from .. import bench, profile_log
+    from .. import server as srv
+    from ..patcher import engine
+    from .bench import render
+    from .profile import _table
+
+    rc = 1
+    try:
+        t0 = time.time()
+        server = srv.Server(cfg)
+        try:
+            server.start(wait=True, timeout=args.timeout)
+            summary["healthy_after_s"] = round(time.time() - t0, 1)
+            result = bench.run_bench(bench.BenchOptions(url=cfg.url, runs=args.runs, warmup=1,
+                                                        max_tokens=args.max_tokens, label="demo"))
+            bench.write_json(outdir / "bench.json", result)
+            render(result)
+        finally:
+            server.stop()
+        prof = outdir / "profile.jsonl"
+        if prof.is_file():
+            s = profile_log.summarize(profile_log.load(prof))
+            out.print(_table([s], None))
+            summary["profile_accept_len"] = s["accept_len"]
+            summary["cycle_ms"] = s["phases"]["cycle"]["mean_ms"]
+        else:
+            out.print(f"[red]no profile records in {prof}[/]: the probes did not run")
+        summary["sglang_accept_len"] = result["summary"]["accept_length"]
+        summary["decode_tok_s"] = result["summary"]["decode_tok_s"]
+        out.print(f"accept length (incl. bonus): ours {summary.get('profile_accept_len')}, "
+                  f"SGLang's {summary['sglang_accept_len']}, tiny model predicts "
+                  f"{summary['expected_accept_len']}")
+        rc = 0 if prof.is_file() else 1
+    finally:
+        if route == "source-patch":
+            rep = engine.revert(env)
+            out.print(f"reverted: {', '.join(rep.restored) or 'nothing to restore'}")
+        (outdir / "demo.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    return rc
