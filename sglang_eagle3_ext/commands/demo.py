@@ -31,6 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--route", choices=("auto", "patch", "plugin"), default="auto",
                    help="how probes get in: plugin (SGLang 0.5.11+) or source patch; auto prefers plugin")
     p.add_argument("--out", default="demo-out", metavar="DIR", help="models, logs, results (default demo-out)")
+    p.add_argument("--models", metavar="DIR", default=None,
+                   help="where to build the tiny models (default OUT/models)")
     p.add_argument("--runs", type=int, default=3, help="measured bench runs (after 1 warm-up)")
     p.add_argument("--max-tokens", type=int, default=200)
     p.add_argument("--port", type=int, default=30000)
@@ -99,8 +101,9 @@ def run(args: argparse.Namespace) -> int:
     err.print(f"SGLang {env.version} at {env.package_dir} ({env.source}); route: {route}; "
               f"GPU: {gpu or 'none'}" + ("" if live else " -> dry run: nothing is launched or changed"))
 
-    _step(1, f"tiny models (acceptance={args.acceptance}) -> {outdir / 'models'}")
-    models = tiny.build(outdir / "models", args.acceptance, seed=args.seed)
+    model_dir = Path(args.models).absolute() if args.models else outdir / "models"
+    _step(1, f"tiny models (acceptance={args.acceptance}) -> {model_dir}")
+    models = tiny.build(model_dir, args.acceptance, seed=args.seed)
     expected = models.info["expected_accept_len"].get(str(args.steps))
 
     _step(2, "probes: " + ("plugin (EAGLE3_PROFILE=1 activates it in every SGLang process)"
@@ -138,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
                                "live": live}
     if not live:
         why = "--dry-run" if args.dry_run else "no CUDA GPU on this machine"
-        out.print(f"[yellow]{why}:[/] steps 3-7 not run; the tiny models are in {outdir / 'models'}")
+        out.print(f"[yellow]{why}:[/] steps 3-7 not run; the tiny models are in {model_dir}")
         (outdir / "demo.json").write_text(json.dumps(summary, indent=2) + "\n")
         return 0
     return _run_live(args, env, route, cfg, outdir, summary)
