@@ -90,8 +90,10 @@ def _apply(env, args: argparse.Namespace) -> int:
             out.print(f"  note: {note}", highlight=False)
         if f.action != "patch":
             continue
-        changed = "" if f.current != f.new else "  (unchanged)"
-        out.print(f"  {head} {f.rel}{changed}")
+        if f.current == f.new:
+            out.print(f"  unchanged {f.rel} (already patched)")
+            continue
+        out.print(f"  {head} {f.rel}")
         for i in f.result.inserted:
             out.print(f"    L{i.line:<5} {i.patch:<20} {i.what}", highlight=False)
     n = len(pl.changes)

@@ -167,6 +167,11 @@ def select(patches: list[Patch], env: SGLangEnv, *, only: list[str] | None,
     for p in applicable:  # an option asks for its patch even under --only
         if p.requires_option and options.get(p.requires_option) and p not in chosen:
             chosen.append(p)
+    for opt, value in options.items():
+        if value and not any(p.requires_option == opt for p in chosen):
+            owners = [p.name for p in patches if p.requires_option == opt]
+            raise UserError(f"--{opt.replace('_', '-')}: {', '.join(owners) or 'no patch'} does not "
+                            f"apply to SGLang {env.version}", exit_code=2)
     for p in chosen:
         if p.requires_option and not options.get(p.requires_option):
             flag = "--" + p.requires_option.replace("_", "-")
