@@ -177,7 +177,7 @@ def main() -> None:
     ap.add_argument("--interval-ms", type=float, default=10.0)
     ap.add_argument("--tokens-per-chunk", type=int, default=1)
     ap.add_argument("--spec", choices=("none", "sglext", "metrics"), default="none")
-    a = ap.parse_args()
+    a, _ = ap.parse_known_args()  # tolerate SGLang's argv when it stands in for launch_server
     s = StandIn(ttft_s=a.ttft_ms / 1000, interval_s=a.interval_ms / 1000,
                 tokens_per_chunk=a.tokens_per_chunk, spec=a.spec, port=a.port)
     print(f"stand-in serving on {s.url}", flush=True)

@@ -1,0 +1,247 @@
+"""The whole flow on one GPU, for docs/gpu-results.md: both probe routes, three timing modes,
+profiling off vs on, oracle / random / partial drafts, a steps sweep with the one-run prediction,
+and a byte-exact revert. Run on the H200 through tools/gpu/run.sh (see docs/gpu-results.md).
+
+Start-up dominates on a fresh machine (SGLang JIT-compiles kernels during the first CUDA-graph
+capture), so every server is started before any is measured: one first (it warms the JIT cache),
+then the rest together; then each config is benchmarked alone while the others sit idle, through
+the same code path as `sgl-eagle3 sweep` (sweep.run_sweep with a factory handing out the
+already-started servers). Everything lands in OUT/e2e/, packed into OUT/e2e.tar.gz at the end.
+
+    tools/gpu/run.sh python3 tools/gpu/e2e.py --out $OUT
+    python3 tools/gpu/e2e.py --out /tmp/x --rehearse     # CPU: stand-in servers, same plumbing
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from sglang_eagle3_ext import flags, server, sweep, tiny  # noqa: E402
+from sglang_eagle3_ext.sglang_env import locate  # noqa: E402
+
+T0 = time.monotonic()
+P_PARTIAL = 0.6
+BENCH = {"runs": 5, "warmup": 1, "max_tokens": 384, "ignore_eos": True}
+GPU_ARGS = ["--attention-backend", "triton", "--sampling-backend", "pytorch", "--grammar-backend",
+            "none", "--mem-fraction-static", "0.05", "--max-running-requests", "8",
+            "--cuda-graph-max-bs-decode", "8", "--disable-prefill-cuda-graph", "--enable-metrics"]
+
+
+def log(msg: str) -> None:
+    print(f"[e2e {time.monotonic() - T0:6.1f}s] {msg}", flush=True)
+
+
+def sh(cmd: list[str], out: Path, name: str) -> str:
+    """Run one of our CLI commands, keep its output as OUT/e2e/<name>.txt, echo it."""
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    text = f"$ {' '.join(cmd)}\n{p.stdout}{p.stderr}[exit {p.returncode}]\n"
+    (out / f"{name}.txt").write_text(text)
+    print(text, flush=True)
+    return p.stdout
+
+
+def tree_hashes(pkg: Path) -> dict[str, str]:
+    return {str(f.relative_to(pkg)): hashlib.sha256(f.read_bytes()).hexdigest()
+            for f in sorted(pkg.rglob("*.py")) if "__pycache__" not in f.parts}
+
+
+class Prestarted:
+    """A server.Server that was started earlier; sweep's start() only waits for health."""
+
+    def __init__(self, srv: server.Server) -> None:
+        self.srv = srv
+        self.url, self.log_path = srv.url, srv.log_path
+
+    def start(self, wait: bool = True) -> Prestarted:
+        self.srv.wait_healthy()
+        return self
+
+    def stop(self) -> None:
+        self.srv.stop()
+
+    def tail(self) -> list[str]:
+        return self.srv.tail()
+
+
+def group(name: str, models: Path, out: Path, *, matrix_steps: list[int], baseline: bool = False,
+          profile: bool = True, mode: str | None = "events", env: dict[str, str] | None = None
+          ) -> sweep.SweepSpec:
+    doc: dict[str, Any] = {
+        "name": name,
+        "launch": {"model": str(models / "target"), "draft": str(models / "draft"),
+                   "algorithm": "EAGLE3", "nccl": "none", "timeout": 900,
+                   "extra_args": GPU_ARGS, "env": {"HF_HUB_OFFLINE": "1", **(env or {})}},
+        "matrix": {"steps": matrix_steps, "topk": [1]},
+        "baseline": baseline, "profile": profile, "profile_every": 50, "bench": BENCH,
+    }
+    if mode:
+        doc["profile_mode"] = mode
+    path = out / f"sweep-{name}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return sweep.load_spec(path)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--rehearse", action="store_true", help="CPU: stand-in servers, no SGLang GPU run")
+    ap.add_argument("--deadline", type=float, default=540, help="skip optional groups past this (s)")
+    a = ap.parse_args()
+    out = Path(a.out) / "e2e"
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path("/tmp/e2e-work") if not a.rehearse else out / "work"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+
+    env = locate(None)
+    log(f"SGLang {env.version} at {env.package_dir}; families {env.families}")
+    cli = [sys.executable, "-m", "sglang_eagle3_ext"]
+
+    # 1. tiny models, built here with this machine's torch/transformers
+    models = {}
+    for acc in ("0.6", "oracle", "random"):
+        t = time.monotonic()
+        models[acc] = tiny.build(work / f"tiny-{acc}", acc).root
+        log(f"tiny models ({acc}) in {time.monotonic() - t:.1f} s")
+
+    # 2. plugin route needs an unpatched SGLang: a plain copy that goes first on PYTHONPATH
+    plain = work / "plain"
+    shutil.copytree(env.package_dir, plain / "sglang", ignore=shutil.ignore_patterns("__pycache__"))
+    root: list[str] = []
+    if a.rehearse:  # never touch the dev venv's SGLang: patch a copy instead
+        shutil.copytree(plain, work / "site")
+        env = locate(work / "site")
+        root = ["--sglang-root", str(work / "site")]
+    before = tree_hashes(env.package_dir)
+    sh(cli + ["patch", "apply", *root], out, "patch-apply")
+    sh(cli + ["patch", "status", *root], out, "patch-status")
+    sh(cli + ["doctor", *root], out, "doctor")
+    pp = os.pathsep.join([str(REPO), str(plain), *filter(None, [os.environ.get("PYTHONPATH")])])
+    plugin_env = {"PYTHONPATH": pp}
+
+    m6 = models["0.6"]
+    groups = [
+        group("core", m6, out, matrix_steps=[1, 2, 3, 4], baseline=True),          # source patch
+        group("sync", m6, out, matrix_steps=[2], mode="sync"),
+        group("wall", m6, out, matrix_steps=[2], mode="wall"),
+        group("off", m6, out, matrix_steps=[2], profile=False, mode=None),
+        group("plugin", m6, out, matrix_steps=[2], env=plugin_env),                # plugin route
+        group("oracle", models["oracle"], out, matrix_steps=[2]),
+        group("random", models["random"], out, matrix_steps=[2]),
+    ]
+
+    # 3. start every server: the first alone (JIT warm-up), then all the others together
+    started: dict[str, server.Server] = {}
+    port = 31000
+    cfgs = []
+    for g in groups:
+        for c in g.configs:
+            cfg = sweep.launch_config(g, c, out / g.name / "configs" / c.slug)
+            cfg = server.override(cfg, port=port, sglang_check=False)
+            if a.rehearse:
+                cfg = server.override(cfg, server_module="standin_openai",
+                                      env={**cfg.env, "PYTHONPATH": str(REPO / "tests")})
+            else:
+                flags.validate(cfg, env)
+            port += 1
+            cfgs.append(cfg)
+    first, rest = cfgs[1], cfgs[:1] + cfgs[2:]  # core 1-step first: a spec server compiles the most
+    t = time.monotonic()
+    started[first.name] = server.Server(first).start(wait=True)
+    log(f"first server healthy in {time.monotonic() - t:.0f} s ({first.name})")
+    t = time.monotonic()
+    for cfg in rest:
+        started[cfg.name] = server.Server(cfg).start(wait=False)
+    failed = []
+    for cfg in rest:
+        try:
+            started[cfg.name].wait_healthy()
+        except Exception as exc:  # noqa: BLE001 - recorded; sweep records the failure too
+            failed.append(cfg.name)
+            log(f"{cfg.name} failed to start: {str(exc).splitlines()[0]}")
+    log(f"{len(rest) - len(failed)} more servers healthy in {time.monotonic() - t:.0f} s")
+
+    def factory(cfg: server.LaunchConfig, _root: str | None) -> Prestarted:
+        return Prestarted(started[cfg.name])
+
+    # 4. bench each config alone, in priority order, through sweep's own runner
+    docs: dict[str, dict] = {}
+    try:
+        for g in groups:
+            if time.monotonic() - T0 > a.deadline:
+                log(f"deadline: skipping group {g.name}")
+                continue
+            docs[g.name] = sweep.run_sweep(g, out / g.name, factory=factory, log=log)
+    finally:
+        for s in started.values():
+            try:
+                s.stop()
+            except Exception:  # noqa: BLE001
+                pass
+
+    # 5. revert and prove the install is byte-identical
+    sh(cli + ["patch", "revert", *root], out, "patch-revert")
+    after = tree_hashes(env.package_dir)
+    same = before == after
+    diff = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+    log(f"revert byte-identical: {same} ({len(before)} .py files; differing: {diff[:5]})")
+
+    # 6. reports with our own commands
+    if "core" in docs:
+        sh(cli + ["compare", str(out / "core" / "results.json")], out, "compare-core")
+        an = sweep.analyse(docs["core"])
+        (out / "analysis-core.json").write_text(json.dumps(an, indent=2))
+        print(json.dumps(an, indent=2)[:4000])
+        try:
+            from sglang_eagle3_ext import plot
+
+            plot.plots(docs["core"], out)
+        except Exception as exc:  # noqa: BLE001 - a plot is optional
+            log(f"plots skipped: {exc}")
+    profs = {}
+    for gname, slug_hint in (("core", "steps2"), ("sync", ""), ("wall", ""), ("plugin", ""),
+                             ("oracle", ""), ("random", "")):
+        for p in sorted((out / gname / "configs").glob("*/prof.jsonl")):
+            if slug_hint in p.parent.name:
+                profs[f"{gname}/{p.parent.name}"] = p
+    if profs:
+        sh(cli + ["profile", *map(str, profs.values())], out, "profile-modes")
+    big = sorted((out / "core" / "configs").glob("*steps4*/prof.jsonl"))
+    if big:
+        sh(cli + ["profile", str(big[0]), "--predict"], out, "profile-predict")
+    summary = {
+        "sglang": env.version, "elapsed_s": round(time.monotonic() - T0, 1), "failed_start": failed,
+        "revert_byte_identical": same, "revert_diff": diff,
+        "groups": {k: [{"name": r["name"], "status": r["status"],
+                        "tok_s": ((r.get("bench") or {}).get("summary") or {}).get("decode_tok_s"),
+                        "accept_sglang": ((r.get("bench") or {}).get("summary") or {}).get("accept_length"),
+                        "profile": r.get("profile"), "error": r.get("error")}
+                       for r in d["configs"]] for k, d in docs.items()},
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    with tarfile.open(Path(a.out) / "e2e.tar.gz", "w:gz") as tf:
+        tf.add(out, arcname="e2e", filter=lambda ti: None if "/work" in ti.name else ti)
+    for f in ("summary.json", "tok_s.png", "phases.png"):
+        if (out / f).exists():
+            shutil.copy(out / f, Path(a.out) / f)
+    log("done")
+    return 0 if same and not failed else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
