@@ -84,7 +84,7 @@ def group(name: str, models: Path, out: Path, *, matrix_steps: list[int], baseli
     doc: dict[str, Any] = {
         "name": name,
         "launch": {"model": str(models / "target"), "draft": str(models / "draft"),
-                   "algorithm": "EAGLE3", "nccl": "none", "timeout": 900,
+                   "algorithm": "EAGLE3", "timeout": 900,
                    "extra_args": GPU_ARGS, "env": {"HF_HUB_OFFLINE": "1", **(env or {})}},
         "matrix": {"steps": matrix_steps, "topk": [1]},
         "baseline": baseline, "profile": profile, "profile_every": 50, "bench": BENCH,
@@ -155,26 +155,28 @@ def main() -> int:
             cfg = server.override(cfg, port=port, sglang_check=False)
             if a.rehearse:
                 cfg = server.override(cfg, server_module="standin_openai",
+                                      extra_args=[*cfg.extra_args, "--interval-ms", "1"],
                                       env={**cfg.env, "PYTHONPATH": str(REPO / "tests")})
             else:
                 flags.validate(cfg, env)
             port += 1
             cfgs.append(cfg)
-    first, rest = cfgs[1], cfgs[:1] + cfgs[2:]  # core 1-step first: a spec server compiles the most
-    t = time.monotonic()
-    started[first.name] = server.Server(first).start(wait=True)
-    log(f"first server healthy in {time.monotonic() - t:.0f} s ({first.name})")
-    t = time.monotonic()
-    for cfg in rest:
-        started[cfg.name] = server.Server(cfg).start(wait=False)
+    # Waves: 1) one spec server alone (warms SGLang's JIT kernel cache); 2) one server per
+    # distinct shape (no-spec, other step counts); 3) the step-2 variants, whose kernels now exist.
+    # Concurrent first-time compiles of the same kernel are what the waves avoid.
+    waves = [[cfgs[1]], [cfgs[0]] + cfgs[2:5], cfgs[5:]]
     failed = []
-    for cfg in rest:
-        try:
-            started[cfg.name].wait_healthy()
-        except Exception as exc:  # noqa: BLE001 - recorded; sweep records the failure too
-            failed.append(cfg.name)
-            log(f"{cfg.name} failed to start: {str(exc).splitlines()[0]}")
-    log(f"{len(rest) - len(failed)} more servers healthy in {time.monotonic() - t:.0f} s")
+    for i, wave in enumerate(waves, 1):
+        t = time.monotonic()
+        for cfg in wave:
+            started[cfg.name] = server.Server(cfg).start(wait=False)
+        for cfg in wave:
+            try:
+                started[cfg.name].wait_healthy()
+            except Exception as exc:  # noqa: BLE001 - sweep records the failure for that config
+                failed.append(cfg.name)
+                log(f"{cfg.name} failed to start: {str(exc).splitlines()[0]}")
+        log(f"wave {i}: {len(wave)} server(s) started in {time.monotonic() - t:.0f} s")
 
     def factory(cfg: server.LaunchConfig, _root: str | None) -> Prestarted:
         return Prestarted(started[cfg.name])
@@ -214,14 +216,14 @@ def main() -> int:
         except Exception as exc:  # noqa: BLE001 - a plot is optional
             log(f"plots skipped: {exc}")
     profs = {}
-    for gname, slug_hint in (("core", "steps2"), ("sync", ""), ("wall", ""), ("plugin", ""),
+    for gname, slug_hint in (("core", "-s2-"), ("sync", ""), ("wall", ""), ("plugin", ""),
                              ("oracle", ""), ("random", "")):
         for p in sorted((out / gname / "configs").glob("*/prof.jsonl")):
             if slug_hint in p.parent.name:
                 profs[f"{gname}/{p.parent.name}"] = p
     if profs:
         sh(cli + ["profile", *map(str, profs.values())], out, "profile-modes")
-    big = sorted((out / "core" / "configs").glob("*steps4*/prof.jsonl"))
+    big = sorted((out / "core" / "configs").glob("*-s4-*/prof.jsonl"))
     if big:
         sh(cli + ["profile", str(big[0]), "--predict"], out, "profile-predict")
     summary = {
