@@ -189,8 +189,10 @@ def launch_config(spec: SweepSpec, c: ConfigSpec, cdir: Path) -> Any:
         fields["no_spec"] = True
     else:
         fields.update(steps=c.steps, topk=c.topk, draft_tokens=c.draft_tokens, no_spec=False,
-                      profile=spec.profile, profile_out=str(cdir / "prof.jsonl") if spec.profile else None,
-                      profile_every=spec.profile_every, profile_mode=spec.profile_mode)
+                      profile=spec.profile)
+        if spec.profile:  # profile settings without profiling are an input error for launch
+            fields.update(profile_out=str(cdir / "prof.jsonl"), profile_every=spec.profile_every,
+                          profile_mode=spec.profile_mode)
     return server.override(base, **fields)
 
 
