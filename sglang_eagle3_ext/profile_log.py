@@ -276,13 +276,23 @@ def _wavg(pairs: list[tuple[float, float]]) -> float | None:
     return sum(v * w for v, w in pairs) / tw if tw else None
 
 
-def summarize(run: ProfileRun) -> dict[str, Any]:
+def summarize(run: ProfileRun, *, all_windows: bool = False) -> dict[str, Any]:
     """One record-shaped summary of all windows in a run (cycle-weighted means).
 
     Per-window percentiles cannot be merged, so the summary keeps means only; accept length is
     recomputed from the summed counts when every window has them.
+
+    Window 1 of a process holds its first decode cycles: SGLang's own start-up warm-up request and
+    the probes' lazy set-up. On the H200 (docs/gpu-results.md) that window's mean cycle was 10x
+    the steady state and moved a 22-window mean by 40 %, so it is left out when later windows
+    exist, unless ``all_windows``; the summary says so.
     """
     recs = run.records
+    notes = list(run.notes)
+    if not all_windows and run.kind == "jsonl" and len(recs) > 1 and recs[0].get("window") == 1:
+        notes.append(f"window 1 ({recs[0].get('cycles')} cycles, process warm-up) left out; "
+                     "--all-windows keeps it")
+        recs = recs[1:]
     w = [float(r.get("cycles") or 1) for r in recs]
     phases = {}
     for p in (*PHASES, CYCLE):
@@ -338,5 +348,5 @@ def summarize(run: ProfileRun) -> dict[str, Any]:
         "sglang_version": next((r.get("sglang_version") for r in reversed(recs) if r.get("sglang_version")), None),
         "route": next((r.get("route") for r in reversed(recs) if r.get("route")), None),
         "legacy": any("legacy" in r for r in recs),
-        "notes": list(run.notes),
+        "notes": notes,
     }

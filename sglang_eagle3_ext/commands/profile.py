@@ -31,6 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--predict", action="store_true",
                    help="predict accept length, cycle ms and tok/s for fewer steps from one topk-1 run")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--all-windows", action="store_true",
+                   help="keep window 1 (the process's warm-up cycles) in the summary")
 
 
 def _fmt(v: float | None, spec: str = ".2f") -> str:
@@ -113,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--baseline-tps must be positive (got {args.baseline_tps:g})", exit_code=2)
     if args.baseline_step_ms is not None and args.baseline_step_ms <= 0:
         raise UserError(f"--baseline-step-ms must be positive (got {args.baseline_step_ms:g})", exit_code=2)
-    summaries = [_with_baseline(profile_log.summarize(profile_log.load(f)), args.baseline_tps)
+    summaries = [_with_baseline(profile_log.summarize(profile_log.load(f), all_windows=args.all_windows), args.baseline_tps)
                  for f in args.files]
     step_ms = args.baseline_step_ms or (1000.0 / args.baseline_tps if args.baseline_tps else None)
     predictions: dict[str, Any] = {}

@@ -38,7 +38,7 @@ T0 = time.monotonic()
 P_PARTIAL = 0.6
 BENCH = {"runs": 5, "warmup": 1, "max_tokens": 384, "ignore_eos": True}
 GPU_ARGS = ["--attention-backend", "triton", "--sampling-backend", "pytorch", "--grammar-backend",
-            "none", "--mem-fraction-static", "0.05", "--max-running-requests", "8",
+            "none", "--mem-fraction-static", "0.1", "--max-running-requests", "8",
             "--cuda-graph-max-bs-decode", "8", "--disable-prefill-cuda-graph", "--enable-metrics"]
 
 
@@ -79,15 +79,15 @@ class Prestarted:
 
 
 def group(name: str, models: Path, out: Path, *, matrix_steps: list[int], baseline: bool = False,
-          profile: bool = True, mode: str | None = "events", env: dict[str, str] | None = None
-          ) -> sweep.SweepSpec:
+          profile: bool = True, mode: str | None = "events", env: dict[str, str] | None = None,
+          every: int = 50) -> sweep.SweepSpec:
     doc: dict[str, Any] = {
         "name": name,
         "launch": {"model": str(models / "target"), "draft": str(models / "draft"),
                    "algorithm": "EAGLE3", "timeout": 900,
                    "extra_args": GPU_ARGS, "env": {"HF_HUB_OFFLINE": "1", **(env or {})}},
         "matrix": {"steps": matrix_steps, "topk": [1]},
-        "baseline": baseline, "profile": profile, "profile_every": 50, "bench": BENCH,
+        "baseline": baseline, "profile": profile, "profile_every": every, "bench": BENCH,
     }
     if mode:
         doc["profile_mode"] = mode
@@ -101,6 +101,8 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--rehearse", action="store_true", help="CPU: stand-in servers, no SGLang GPU run")
     ap.add_argument("--deadline", type=float, default=540, help="skip optional groups past this (s)")
+    ap.add_argument("--groups", default="core,sync,wall,off,plugin,oracle,random",
+                    help="which groups to run, in this order (the first group's 2nd config starts alone)")
     a = ap.parse_args()
     out = Path(a.out) / "e2e"
     out.mkdir(parents=True, exist_ok=True)
@@ -135,15 +137,18 @@ def main() -> int:
     plugin_env = {"PYTHONPATH": pp}
 
     m6 = models["0.6"]
-    groups = [
-        group("core", m6, out, matrix_steps=[1, 2, 3, 4], baseline=True),          # source patch
-        group("sync", m6, out, matrix_steps=[2], mode="sync"),
-        group("wall", m6, out, matrix_steps=[2], mode="wall"),
-        group("off", m6, out, matrix_steps=[2], profile=False, mode=None),
-        group("plugin", m6, out, matrix_steps=[2], env=plugin_env),                # plugin route
-        group("oracle", models["oracle"], out, matrix_steps=[2]),
-        group("random", models["random"], out, matrix_steps=[2]),
-    ]
+    known = {
+        "core": lambda: group("core", m6, out, matrix_steps=[1, 2, 3, 4], baseline=True),  # patch
+        "sync": lambda: group("sync", m6, out, matrix_steps=[2], mode="sync"),
+        "wall": lambda: group("wall", m6, out, matrix_steps=[2], mode="wall"),
+        "off": lambda: group("off", m6, out, matrix_steps=[2], profile=False, mode=None),
+        "plugin": lambda: group("plugin", m6, out, matrix_steps=[2], env=plugin_env),  # plugin route
+        "oracle": lambda: group("oracle", models["oracle"], out, matrix_steps=[2]),
+        "random": lambda: group("random", models["random"], out, matrix_steps=[2]),
+        "every100": lambda: group("every100", m6, out, matrix_steps=[2], every=100),
+        "wall100": lambda: group("wall100", m6, out, matrix_steps=[2], mode="wall", every=100),
+    }
+    groups = [known[g.strip()]() for g in a.groups.split(",")]
 
     # 3. start every server: the first alone (JIT warm-up), then all the others together
     started: dict[str, server.Server] = {}
@@ -162,14 +167,30 @@ def main() -> int:
             port += 1
             cfgs.append(cfg)
     # Waves: 1) one spec server alone (warms SGLang's JIT kernel cache); 2) one server per
-    # distinct shape (no-spec, other step counts); 3) the step-2 variants, whose kernels now exist.
-    # Concurrent first-time compiles of the same kernel are what the waves avoid.
-    waves = [[cfgs[1]], [cfgs[0]] + cfgs[2:5], cfgs[5:]]
+    # distinct shape; 3) the rest, whose kernels now exist. Within a wave each server starts once
+    # the previous one has sized its KV pool: SGLang budgets the pool from the free memory it
+    # measured before loading, and a neighbour allocating in between fails it (seen on the H200).
+    spec_first = next(i for i, c in enumerate(cfgs) if not c.no_spec)
+    shapes: set[tuple] = {(cfgs[spec_first].no_spec, cfgs[spec_first].steps)}
+    wave2, wave3 = [], []
+    for i, c in enumerate(cfgs):
+        if i == spec_first:
+            continue
+        key = (c.no_spec, c.steps)
+        (wave3 if key in shapes else wave2).append(c)
+        shapes.add(key)
+    waves = [w for w in ([cfgs[spec_first]], wave2, wave3) if w]
     failed = []
     for i, wave in enumerate(waves, 1):
         t = time.monotonic()
         for cfg in wave:
-            started[cfg.name] = server.Server(cfg).start(wait=False)
+            srv = started[cfg.name] = server.Server(cfg).start(wait=False)
+            until = time.monotonic() + 90
+            while time.monotonic() < until and srv.is_running():
+                log_text = srv.log_path.read_text(errors="replace") if srv.log_path.exists() else ""
+                if "Memory pool end" in log_text or a.rehearse:
+                    break
+                time.sleep(0.5)
         for cfg in wave:
             try:
                 started[cfg.name].wait_healthy()
@@ -217,7 +238,7 @@ def main() -> int:
             log(f"plots skipped: {exc}")
     profs = {}
     for gname, slug_hint in (("core", "-s2-"), ("sync", ""), ("wall", ""), ("plugin", ""),
-                             ("oracle", ""), ("random", "")):
+                             ("every100", ""), ("wall100", ""), ("oracle", ""), ("random", "")):
         for p in sorted((out / gname / "configs").glob("*/prof.jsonl")):
             if slug_hint in p.parent.name:
                 profs[f"{gname}/{p.parent.name}"] = p
