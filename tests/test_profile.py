@@ -59,8 +59,8 @@ def test_profile_cli_side_by_side_with_break_even(capsys):
 
 def test_profile_json_and_predict():
     r = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext", "profile", str(SYNTH), str(DESIGN),
-                        "--baseline-tps", "88.8", "--json"], capture_output=True, text=True, cwd=REPO,
-                       timeout=120)
+                        "--baseline-tps", "88.8", "--json", "--all-windows"], capture_output=True,
+                       text=True, cwd=REPO, timeout=120)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     synth, design = doc["files"]
@@ -112,3 +112,13 @@ def test_missing_file_and_legacy_predict_are_user_errors(tmp_path, capsys):
     assert cli.main(["profile", str(DESIGN), "--baseline-tps", "-3"]) == 2
     with pytest.raises(UserError):
         profile_log.load(DATA / "malformed.txt")
+
+
+def test_summary_leaves_the_warm_up_window_out_by_default():
+    """Window 1 holds the process's first cycles (SGLang's warm-up request); it is dropped, and said."""
+    run = profile_log.load(SYNTH)
+    kept = profile_log.summarize(run, all_windows=True)
+    default = profile_log.summarize(run)
+    assert kept["windows"] == 3 and default["windows"] == 2
+    assert default["cycles"] == kept["cycles"] - run.records[0]["cycles"]
+    assert any("window 1" in n for n in default["notes"])
