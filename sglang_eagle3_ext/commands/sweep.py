@@ -13,7 +13,9 @@ HELP = "Sweep steps/topk/draft tokens (+ no-spec baseline, NCCL, custom all-redu
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("sweep_file", metavar="SWEEP.yaml", help="the matrix (see docs/sweep.md)")
+    p.add_argument("sweep_file", metavar="SWEEP.yaml", nargs="?", help="the matrix (see docs/sweep.md)")
+    p.add_argument("--report", metavar="DIR",
+                   help="start nothing: re-read DIR's results.json and probe files, redo table, analysis, plots")
     p.add_argument("--out", metavar="DIR", help="output folder (default sweep-<name>)")
     p.add_argument("--resume", action="store_true",
                    help="continue a sweep in --out: configs already ok are skipped, failed ones re-run")
@@ -54,9 +56,20 @@ def print_analysis(a: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import compare, sweep
-    from ..bench import write_json
+    from .. import sweep
 
+    if args.report:
+        out_dir = Path(args.report)
+        doc = sweep.load_results(out_dir / "results.json")
+        if doc is None:
+            raise UserError(f"{out_dir}: no results.json (not a sweep output folder)", exit_code=2)
+        for c in doc["configs"]:  # summaries follow the current reading rules (e.g. warm-up window)
+            prof = out_dir / "configs" / c["slug"] / "prof.jsonl"
+            if prof.exists():
+                c["profile"] = sweep.profile_summary(prof)
+        return _report(doc, out_dir, args.no_plots)
+    if not args.sweep_file:
+        raise UserError("give a SWEEP.yaml (or --report DIR)", exit_code=2)
     spec = sweep.load_spec(args.sweep_file)
     out_dir = Path(args.out or f"sweep-{sweep._slug(spec.name)}")
     out.print(f"Sweep {spec.name}: {len(spec.configs)} config(s) -> {out_dir}")
@@ -71,11 +84,20 @@ def run(args: argparse.Namespace) -> int:
                         exit_code=2)
     doc = sweep.run_sweep(spec, out_dir, resume=args.resume, sglang_root=args.sglang_root,
                           log=lambda m: err.print(m, highlight=False, markup=False))
+    return _report(doc, out_dir, args.no_plots)
+
+
+def _report(doc: dict[str, Any], out_dir: Path, no_plots: bool) -> int:
+    """Failures, the comparison table, the analysis and the plots of one sweep document."""
+    from .. import compare, sweep
+    from ..bench import write_json
+
     failed = [c for c in doc["configs"] if c["status"] != "ok"]
     for c in failed:
         out.print(f"[red]failed[/] {c['name']}: {c['error']}")
         for line in (c.get("log_tail") or [])[-5:]:
             out.print(f"    {line}", highlight=False, markup=False)
+    write_json(out_dir / "results.json", doc)
     try:
         rs = compare.rows(compare.load([str(out_dir / "results.json")]))
     except UserError:
@@ -87,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     doc["analysis"] = analysis
     write_json(out_dir / "results.json", doc)
     print_analysis(analysis)
-    if not args.no_plots and rs:
+    if not no_plots and rs:
         from .. import plot
 
         try:
