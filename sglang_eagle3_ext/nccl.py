@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UserError
+from .resources import data_dir
 
 ENV = "SGLANG_EAGLE3_NCCL"
 # Beside the package in a source checkout / editable install (the only install we ship today).
-DEFAULT_FILE = Path(__file__).resolve().parent.parent / "launch" / "nccl.yaml"
+DEFAULT_FILE = data_dir("launch") / "nccl.yaml"
 _NAME = re.compile(r"^NCCL_[A-Z0-9_]+$")
 
 # Used only when launch/nccl.yaml is not beside the package (a wheel install); a test keeps it

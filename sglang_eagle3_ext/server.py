@@ -28,8 +28,9 @@ from typing import Any
 import yaml
 
 from .errors import UserError
+from .resources import data_dir
 
-REPO_LAUNCH_DIR = Path(__file__).resolve().parent.parent / "launch"
+REPO_LAUNCH_DIR = data_dir("launch")
 DEFAULT_PORT = 30000
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_TIMEOUT = 1800.0  # a Kimi-K2.5 load took ~15 minutes in the seeds

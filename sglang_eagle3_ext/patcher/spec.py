@@ -15,11 +15,12 @@ from typing import Any
 import yaml
 
 from ..errors import UserError
+from ..resources import data_dir
 from ..sglang_env import SGLangEnv, parse_version
 
 KINDS = ("decode-probes", "method-entry", "after-assign")
 DOC_KEYS = ("why", "how", "upstream", "removal")
-PATCHES_DIR = Path(__file__).resolve().parent.parent.parent / "patches"
+PATCHES_DIR = data_dir("patches")
 
 
 def version_matches(version: str, constraint: str | None) -> bool:

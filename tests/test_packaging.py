@@ -1,0 +1,43 @@
+"""A plain (non-editable) wheel install carries the data folders and the plugin entry point."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+
+from conftest import REPO
+
+from sglang_eagle3_ext import releases
+
+
+def test_wheel_carries_patches_presets_and_entry_point(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                    "-w", str(tmp_path / "dist"), str(REPO)], check=True, cwd=tmp_path,
+                   capture_output=True)
+    wheel = next((tmp_path / "dist").glob("sglang_eagle3_ext-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "sglang_eagle3_ext/_data/patches/v2.yaml" in names
+    assert "sglang_eagle3_ext/_data/launch/nccl.yaml" in names
+    ep = next(n for n in names if n.endswith("entry_points.txt"))
+    assert "sglang.srt.plugins" in zipfile.ZipFile(wheel).read(ep).decode()
+
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site),
+                    str(wheel)], check=True, capture_output=True)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(site)
+    code = ("import sglang_eagle3_ext.resources as r, pathlib, sys;"
+            "p = r.data_dir('patches'); assert '_data' in str(p), p;"
+            "assert (p / 'v2.yaml').is_file() and (r.data_dir('launch') / 'tiny.yaml').is_file()")
+    # -I: isolated mode, so the checkout's own package cannot shadow the installed copy
+    subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(site)!r}); {code}"],
+                   check=True, cwd=tmp_path, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-I", "-c",
+         f"import sys; sys.path.insert(0, {str(site)!r}); from sglang_eagle3_ext.cli import main; "
+         f"sys.exit(main(['patch', 'apply', '--dry-run', '--sglang-root', {str(releases.fetch('0.5.16'))!r}]))"],
+        cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "probes-v2c" in proc.stdout
