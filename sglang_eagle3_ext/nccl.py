@@ -19,18 +19,9 @@ from .errors import UserError
 from .resources import data_dir
 
 ENV = "SGLANG_EAGLE3_NCCL"
-# Beside the package in a source checkout / editable install (the only install we ship today).
+# launch/nccl.yaml of the checkout, or the copy a wheel carries (resources.data_dir).
 DEFAULT_FILE = data_dir("launch") / "nccl.yaml"
 _NAME = re.compile(r"^NCCL_[A-Z0-9_]+$")
-
-# Used only when launch/nccl.yaml is not beside the package (a wheel install); a test keeps it
-# equal to the YAML, which stays the one place to edit.
-BUILTIN: dict[str, dict[str, str]] = {
-    "tuned": {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS"},
-    "debug": {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS",
-              "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING"},
-    "none": {},
-}
 
 # NCCL variables SGLang itself writes (reference sglang-on-cpu.md section 3, SGLang 0.5.23;
 # version map section 6 item 6 for older releases). A preset naming one of these interacts.
@@ -65,8 +56,6 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 def _entries(path: str | Path | None) -> dict[str, dict[str, Any]]:
     """name -> {"env": {...}, "why": str}, validated."""
-    if path is None and not DEFAULT_FILE.is_file():
-        return {k: {"env": dict(v), "why": "(built-in copy of launch/nccl.yaml)"} for k, v in BUILTIN.items()}
     p = Path(path) if path is not None else DEFAULT_FILE
     raw = _read_yaml(p)
     out: dict[str, dict[str, Any]] = {}
