@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import requires_sglang
 
 from sglang_eagle3_ext import releases
 from sglang_eagle3_ext.errors import UserError
@@ -77,3 +78,16 @@ def test_version_order(a, b):
 def test_unreadable_version():
     with pytest.raises(UserError):
         parse_version("banana")
+
+
+@requires_sglang
+def test_doctor_says_which_route_records(tmp_path):
+    """Installed SGLang 0.5.23, unpatched: with EAGLE3_PROFILE=1 the plugin route records."""
+    import os
+
+    env = dict(os.environ, EAGLE3_PROFILE="1", SGLANG_EAGLE3_NCCL="tuned")
+    proc = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext", "doctor"],
+                          capture_output=True, text=True, check=True, env=env, cwd=tmp_path)
+    assert "source patch: not patched" in proc.stdout
+    assert "probes recorded by: plugin" in proc.stdout
+    assert "NCCL preset tuned" in proc.stdout

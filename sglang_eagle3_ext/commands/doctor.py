@@ -69,6 +69,39 @@ def collect(sglang_root: str | None) -> dict:
     }
 
 
+def _print_patch(p: dict | None) -> None:
+    if p is None:
+        return
+    if "error" in p:
+        out.print(f"source patch: cannot tell ({p['error']})", markup=False)
+        return
+    line = f"source patch: {p.get('state')}"
+    if p.get("patches"):
+        line += f" ({', '.join(p['patches'])}; {p.get('patched_files')} file(s))"
+    if p.get("aux_layers"):
+        line += f", aux layers {p['aux_layers']}"
+    if p.get("drifted"):
+        line += f"; DRIFTED: {', '.join(p['drifted'])} (see `sgl-eagle3 patch status`)"
+    out.print(line, markup=False)
+
+
+def _print_plugin(d: dict | None) -> None:
+    if d is None:
+        return
+    if not d.get("entry_point"):
+        out.print("plugin: entry point not installed (pip install this package into SGLang's env)")
+        return
+    on = [k for k, v in (d.get("switches") or {}).items() if v]
+    out.print(f"plugin: installed; switches set: {', '.join(on) or 'none (inert)'}", markup=False)
+    out.print(f"  probes recorded by: {d.get('route')} ({d.get('route_why')})", markup=False)
+    n = d.get("nccl")
+    if n:
+        out.print(f"  NCCL preset {n.get('preset')}: applies {n.get('applied') or {}}, "
+                  f"keeps the user's {n.get('kept') or {}}", markup=False)
+    for problem in (d.get("plan") or {}).get("problems") or []:
+        out.print(f"  problem: {problem}", markup=False)
+
+
 def run(args: argparse.Namespace) -> int:
     info = collect(args.sglang_root)
     if args.json:
@@ -82,10 +115,8 @@ def run(args: argparse.Namespace) -> int:
     routes = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in s["routes"].items())
     out.print(f"  probe routes: {routes}")
     out.print(f"  speculative registry (0.5.12+): {'yes' if s['has_spec_registry'] else 'no'}")
-    if info["patch"] is not None:
-        out.print(f"patch: {info['patch']}")
-    if info["plugin"] is not None:
-        out.print(f"plugin: {info['plugin']}")
+    _print_patch(info["patch"])
+    _print_plugin(info["plugin"])
     t = info["torch"]
     if t["available"]:
         gpus = f"{t['gpu_count']} GPU(s) {t['gpu_name'] or ''}".strip()
