@@ -11,9 +11,13 @@ re-extend 1.0, other 0.5 ms: the cost-model fit must recover c0 = 10, cd = 1.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 from standin_openai import StandIn
 
 from sglang_eagle3_ext import cli, server, sweep
@@ -264,3 +268,28 @@ def test_examples_parse():
         assert spec.configs
         for c in spec.configs:
             sweep.launch_config(spec, c, Path("/tmp/x"))
+
+
+def test_report_rereads_the_real_h200_sweep(tmp_path):
+    """`sweep --report` on the committed H200 run (docs/data): no server, same table, analysis, plots."""
+    import shutil
+
+    src = REPO / "docs" / "data" / "h200-2026-11-29" / "run2" / "core"
+    d = tmp_path / "core"
+    shutil.copytree(src, d)
+    r = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext", "sweep", "--report", str(d)],
+                       capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "COLUMNS": "120"})
+    assert r.returncode == 0, r.stderr
+    assert "847.8" in r.stdout and "839.3" in r.stdout           # bench tok/s, untouched
+    assert "No step count beats the no-spec baseline" in r.stdout
+    assert "Predicted best k (cost model + measured acceptance): 4" in r.stdout
+    assert (d / "phases.png").stat().st_size > 0 and (d / "table.md").exists()
+    doc = json.loads((d / "results.json").read_text())
+    s4 = next(c for c in doc["configs"] if c["steps"] == 4)
+    assert s4["profile"]["windows"] == 18 and any("window 1" in n for n in s4["profile"]["notes"])
+
+
+def test_report_needs_a_sweep_folder(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext", "sweep", "--report", str(tmp_path)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "no results.json" in r.stderr
