@@ -435,14 +435,20 @@ def build_result(opts: BenchOptions, model: str, runs: list[RunRecord],
     }
 
 
-def load_result(path: str | Path) -> dict[str, Any]:
+def read_json(path: str | Path) -> Any:
+    """A JSON file, or one clear UserError (exit 2) for a missing or unreadable one."""
     p = Path(path)
     try:
-        data = json.loads(p.read_text())
+        return json.loads(p.read_text())
     except FileNotFoundError as exc:
         raise UserError(f"{p}: no such file", exit_code=2) from exc
     except ValueError as exc:
         raise UserError(f"{p}: not JSON ({exc})", exit_code=2) from exc
+
+
+def load_result(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    data = read_json(p)
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise UserError(f"{p}: not a bench result (schema {SCHEMA!r} expected)", exit_code=2)
     return data

@@ -8,11 +8,11 @@ another summary metric is asked; "vs baseline" = avg / baseline avg - 1.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from .bench import SCHEMA as BENCH_SCHEMA
+from .bench import read_json
 from .errors import UserError
 
 SWEEP_SCHEMA = "eagle3_sweep/1"
@@ -24,12 +24,7 @@ def load(paths: list[str]) -> list[dict[str, Any]]:
     docs: list[dict[str, Any]] = []
     for path in paths:
         p = Path(path)
-        try:
-            data = json.loads(p.read_text())
-        except FileNotFoundError as exc:
-            raise UserError(f"{p}: no such file", exit_code=2) from exc
-        except ValueError as exc:
-            raise UserError(f"{p}: not JSON ({exc})", exit_code=2) from exc
+        data = read_json(p)
         schema = data.get("schema") if isinstance(data, dict) else None
         if schema == BENCH_SCHEMA:
             docs.append(data)

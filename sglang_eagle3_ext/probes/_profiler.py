@@ -261,15 +261,8 @@ class TracingProfiler(Profiler):
         super().cycle_end()
 
     def record_accept(self, per_req: Iterable[int], bonus_included: bool) -> None:
-        hist = self._hist
-        if not bonus_included and type(per_req) is list and len(per_req) == 1:  # the common case
-            n = per_req[0]
-            if type(n) is int and n >= 0:
-                hist[n] = hist.get(n, 0) + 1
-                return
-        if type(per_req) not in (list, tuple):
-            tolist = getattr(per_req, "tolist", None)
-            per_req = tolist() if tolist is not None else list(per_req)
+        tolist = getattr(per_req, "tolist", None)  # a tensor or a generator: trace plain ints
+        per_req = tolist() if tolist is not None else list(per_req)
         self.trace.append(("record_accept", tuple(int(x) for x in per_req)))
         super().record_accept(per_req, bonus_included)
 
