@@ -284,3 +284,14 @@ def test_unmanaged_marker_is_refused(release_copy):
     with pytest.raises(UserError, match="already carries"):
         engine.apply(env)
     os.chmod(env.path(V2), 0o644)
+
+
+def test_status_says_which_route_records(release_copy, capsys):
+    """0.5.16 has plugins: unpatched -> the plugin records; patched -> the patch, plugin hooks off."""
+    root = str(release_copy("0.5.16"))
+    assert cli.main(["patch", "status", "--sglang-root", root]) == 0
+    assert "with EAGLE3_PROFILE=1 the plugin records them" in capsys.readouterr().out
+    assert cli.main(["patch", "apply", "--sglang-root", root]) == 0
+    capsys.readouterr()
+    assert cli.main(["patch", "status", "--sglang-root", root]) == 0
+    assert "exactly one route records" in capsys.readouterr().out

@@ -119,4 +119,13 @@ def _status(env, as_json: bool) -> int:
     for f in st["files"]:
         out.print(f"  {f['state']:<9} {f['path']}  {', '.join(f['patches'])}", highlight=False)
     out.print(f"applicable patches: {', '.join(st['applicable_patches']) or 'none'}")
+    probes_in = [f for f in st["files"] if f["state"] != "original" and
+                 any(p.startswith(("probes", "accept")) for p in f["patches"])]
+    if probes_in:
+        out.print("probes: this patch records them (with EAGLE3_PROFILE=1); the plugin keeps its "
+                  "phase hooks off, so exactly one route records")
+    elif env.has_plugins:
+        out.print("probes: not patched; with EAGLE3_PROFILE=1 the plugin records them (SGLang 0.5.11+)")
+    else:
+        out.print("probes: not patched, and this SGLang has no plugin framework: `patch apply` to profile")
     return 0
