@@ -492,6 +492,10 @@ def run_sglang_checks(argv: list[str], *, env: dict[str, str] | None = None,
                       python: str | None = None, timeout: float = 300.0) -> list[str]:
     """SGLang's own checks for one launch argv; UserError(2) with one readable line on failure."""
     res = sglang_check_many([argv], env=env, python=python, timeout=timeout)[0]
+    if not res["ok"] and res.get("type") in ("ModuleNotFoundError", "ImportError"):
+        # a broken SGLang environment, not a bad argument: say so, and how to go on without it
+        raise UserError(f"SGLang's own argument check could not import SGLang ({res.get('message')}); "
+                        "fix that environment, or pass --no-sglang-check to rely on our checks alone", 1)
     if not res["ok"]:
         raise UserError(check_message(res), 2)
     notes = []

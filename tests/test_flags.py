@@ -243,3 +243,19 @@ def test_basic_settings_pass(models):
     notes = check(cfg(models, tp=8, profile=True, profile_mode="events", profile_every=50,
                       aux_layers="emb,2,30", nnodes=2, dist_init_addr="10.0.0.1:5000"))
     assert notes == []
+
+
+def test_sglang_check_import_failure_is_an_environment_error(monkeypatch):
+    """SGLang that cannot import (a broken env) is not "SGLang rejects these arguments"."""
+    monkeypatch.setattr(flags, "sglang_check_many", lambda argvs, **kw: [
+        {"ok": False, "type": "ModuleNotFoundError", "message": "No module named 'torchvision'",
+         "where": "sglang/srt/multimodal/internvl_utils.py:5"}])
+    with pytest.raises(UserError) as ei:
+        flags.run_sglang_checks(["python", "-m", "sglang.launch_server", "--model-path", "m"])
+    assert ei.value.exit_code == 1
+    assert "could not import SGLang" in str(ei.value) and "--no-sglang-check" in str(ei.value)
+    monkeypatch.setattr(flags, "sglang_check_many", lambda argvs, **kw: [
+        {"ok": False, "type": "AssertionError", "message": "", "where": "sglang/srt/x.py:9: assert y"}])
+    with pytest.raises(UserError) as ei:
+        flags.run_sglang_checks(["python", "-m", "sglang.launch_server", "--model-path", "m"])
+    assert ei.value.exit_code == 2 and "SGLang rejects these arguments" in str(ei.value)
