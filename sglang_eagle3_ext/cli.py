@@ -39,7 +39,8 @@ def build_parser(commands: tuple[str, ...] = COMMANDS) -> argparse.ArgumentParse
             if exc.name and exc.name.startswith("sglang_eagle3_ext.commands"):
                 continue
             raise
-        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
+        # argparse %-formats help strings: a literal "%" in a one-liner must not break --help
+        p = sub.add_parser(name, help=mod.HELP.replace("%", "%%"), description=mod.HELP)
         p.add_argument("--sglang-root", metavar="PATH", default=None,
                        help="an unpacked SGLang tree to use instead of the installed one")
         mod.add_arguments(p)
