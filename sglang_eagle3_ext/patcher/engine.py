@@ -104,8 +104,12 @@ def plan(env: SGLangEnv, *, only: list[str] | None = None, aux_layers: str | Non
     specs = load_specs(specs_dir)
     chosen = select(specs, env, only=only, options=options)
     if not chosen:
+        unknown = [f for f in env.families if f.endswith("?")]
+        why = (f"; its eagle worker has a layout this tool does not know ({', '.join(unknown)}: no "
+               "EAGLEWorker/EAGLEWorkerV2 forward_batch_generation entry method); nothing was changed"
+               if unknown else "; nothing was changed")
         raise UserError(f"no patch spec applies to SGLang {env.version} "
-                        f"(families: {', '.join(env.families) or 'none found'})")
+                        f"(families: {', '.join(env.families) or 'none found'}){why}")
     targets = _target_files(env, chosen)
     pl = Plan(env, chosen, options, previous=previous)
     errors: list[str] = []
