@@ -295,3 +295,18 @@ def test_status_says_which_route_records(release_copy, capsys):
     capsys.readouterr()
     assert cli.main(["patch", "status", "--sglang-root", root]) == 0
     assert "exactly one route records" in capsys.readouterr().out
+
+
+def test_unknown_worker_layout_is_refused_and_untouched(tmp_path, capsys):
+    """A future SGLang whose eagle worker has no known entry method: one line, exit 1, no write."""
+    pkg = tmp_path / "sglang"
+    (pkg / "srt" / "speculative").mkdir(parents=True)
+    worker = pkg / "srt" / "speculative" / "eagle_worker_v2.py"
+    worker.write_text("class EAGLEWorkerV2:\n    def run_cycle(self, batch):\n        return batch\n")
+    (pkg / "version.py").write_text('__version__ = "0.5.99"\n')
+    before = worker.read_bytes()
+    assert cli.main(["patch", "apply", "--sglang-root", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "layout this tool does not know" in err and "nothing was changed" in err
+    assert worker.read_bytes() == before
+    assert not (pkg / ".sglang-eagle3-ext").exists()
