@@ -6,13 +6,14 @@ dist-info METADATA are kept, so a release costs a few tens of MB and later runs 
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
+
+from .resources import cache_root
 
 # The pinned set that covers every structural change (reference version map, section 8.1).
 PINNED = (
@@ -28,8 +29,7 @@ PINNED = (
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("SGL_EAGLE3_CACHE") or Path.home() / ".cache" / "sglang-eagle3-ext"
-    return Path(root) / "releases"
+    return cache_root() / "releases"
 
 
 def release_root(version: str) -> Path:

@@ -1,8 +1,10 @@
-"""Where the data folders (``patches/``, ``launch/``) are: the repository's top level in a source
-checkout or editable install, else the copy a wheel carries in ``sglang_eagle3_ext/_data/``."""
+"""Where our files live: the data folders (``patches/``, ``launch/``): the repository's top level in
+a source checkout or editable install, else the copy a wheel carries in ``sglang_eagle3_ext/_data/``;
+and the cache folder for downloads and run state."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 _PKG = Path(__file__).resolve().parent
@@ -13,3 +15,9 @@ def data_dir(name: str) -> Path:
     if repo.is_dir():
         return repo
     return _PKG / "_data" / name
+
+
+def cache_root() -> Path:
+    """Our state and downloads: $SGL_EAGLE3_CACHE, else ~/.cache/sglang-eagle3-ext."""
+    root = os.environ.get("SGL_EAGLE3_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "sglang-eagle3-ext"

@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from .errors import UserError
-from .resources import data_dir
+from .resources import cache_root, data_dir
 
 REPO_LAUNCH_DIR = data_dir("launch")
 DEFAULT_PORT = 30000
@@ -39,8 +39,7 @@ TAIL_LINES = 40
 
 
 def state_dir() -> Path:
-    root = os.environ.get("SGL_EAGLE3_CACHE") or Path.home() / ".cache" / "sglang-eagle3-ext"
-    return Path(root) / "run"
+    return cache_root() / "run"
 
 
 # --------------------------------------------------------------------------------------------

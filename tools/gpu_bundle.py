@@ -29,6 +29,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from sglang_eagle3_ext.resources import cache_root  # noqa: E402
 
 # name==version, as measured working on the H200 with SGLang 0.5.16 (gpu-h200-sglang.md), plus
 # libcst (our patcher) which the H200 image lacks.
@@ -141,7 +144,7 @@ def pack(site: Path, out: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=str(REPO / ".gpu"), help="output folder (git-ignored)")
-    ap.add_argument("--wheels", default=str(Path.home() / ".cache/sglang-eagle3-ext/gpu-wheels"),
+    ap.add_argument("--wheels", default=str(cache_root() / "gpu-wheels"),
                     help="wheel cache (kept between builds)")
     args = ap.parse_args(argv)
     t0 = time.time()
