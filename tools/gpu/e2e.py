@@ -40,6 +40,22 @@ BENCH = {"runs": 5, "warmup": 1, "max_tokens": 384, "ignore_eos": True}
 GPU_ARGS = ["--attention-backend", "triton", "--sampling-backend", "pytorch", "--grammar-backend",
             "none", "--mem-fraction-static", "0.1", "--max-running-requests", "8",
             "--cuda-graph-max-bs-decode", "8", "--disable-prefill-cuda-graph", "--enable-metrics"]
+# --parallel: SGLang 0.5.16 budgets the KV pool as free memory minus pre-load free memory x
+# (1 - mem_fraction_static) (mem_cache/kv_cache_configurator.py, _profile_available_bytes), so a
+# neighbour allocating during our load shrinks our pool. A large fraction leaves a wide margin and
+# a fixed token cap keeps every pool small: servers may then start all at once.
+PARALLEL_ARGS = {"--mem-fraction-static": "0.8", "--max-total-tokens": "32768"}
+
+
+def gpu_args(parallel: bool) -> list[str]:
+    if not parallel:
+        return list(GPU_ARGS)
+    args = list(GPU_ARGS)
+    i = args.index("--mem-fraction-static")
+    del args[i:i + 2]
+    for k, v in PARALLEL_ARGS.items():
+        args += [k, v]
+    return args
 
 
 def log(msg: str) -> None:
@@ -71,21 +87,36 @@ class Prestarted:
         self.srv.wait_healthy()
         return self
 
+    keep = False  # --rounds: the servers stay up after their sweep for the interleaved rounds
+
     def stop(self) -> None:
-        self.srv.stop()
+        if not self.keep:
+            self.srv.stop()
 
     def tail(self) -> list[str]:
         return self.srv.tail()
 
 
+def copy_pycache(src: Path, dst: Path) -> None:
+    """Give the plugin route's plain SGLang copy the bytecode the first server just compiled.
+
+    copytree kept the sources' mtimes, so these .pyc files stay valid there (the patched files'
+    do not match and are recompiled); without them that server spends ~30 s compiling SGLang.
+    """
+    for d in src.rglob("__pycache__"):
+        target = dst / d.relative_to(src)
+        if target.parent.is_dir():
+            shutil.copytree(d, target, dirs_exist_ok=True)
+
+
 def group(name: str, models: Path, out: Path, *, matrix_steps: list[int], baseline: bool = False,
           profile: bool = True, mode: str | None = "events", env: dict[str, str] | None = None,
-          every: int = 50) -> sweep.SweepSpec:
+          every: int = 50, parallel: bool = False) -> sweep.SweepSpec:
     doc: dict[str, Any] = {
         "name": name,
         "launch": {"model": str(models / "target"), "draft": str(models / "draft"),
                    "algorithm": "EAGLE3", "timeout": 900,
-                   "extra_args": GPU_ARGS, "env": {"HF_HUB_OFFLINE": "1", **(env or {})}},
+                   "extra_args": gpu_args(parallel), "env": {"HF_HUB_OFFLINE": "1", **(env or {})}},
         "matrix": {"steps": matrix_steps, "topk": [1]},
         "baseline": baseline, "profile": profile, "profile_every": every, "bench": BENCH,
     }
@@ -96,11 +127,53 @@ def group(name: str, models: Path, out: Path, *, matrix_steps: list[int], baseli
     return sweep.load_spec(path)
 
 
+def interleave(started: dict[str, server.Server], docs: dict[str, dict], rounds: int, out: Path,
+               deadline: float) -> None:
+    """Bench each healthy server once per round, in turn: every config sees the same machine
+    drift, so the tok/s ratios between them are fair (OUT/e2e/rounds.json)."""
+    from sglang_eagle3_ext import bench
+
+    names = {g if len(d["configs"]) == 1 else f"{g}/{r['name']}": (g, r)
+             for g, d in docs.items() for r in d["configs"] if r["status"] == "ok"}
+    per: dict[str, list[float]] = {k: [] for k in names}
+    for rnd in range(rounds):
+        if time.monotonic() - T0 > deadline:
+            log(f"rounds: deadline after {rnd} round(s)")
+            break
+        for key, (_g, r) in names.items():
+            srv = started[r["launch"]["name"]] if r.get("launch", {}).get("name") in started else None
+            if srv is None:
+                continue
+            opts = bench.BenchOptions(url=srv.url, runs=2, warmup=0, max_tokens=BENCH["max_tokens"],
+                                      ignore_eos=True, label=key)
+            res = bench.run_bench(opts)
+            per[key] += [x["decode_tok_s"] for x in res["runs"] if x["decode_tok_s"]]
+    import statistics as st
+
+    table = {k: {"runs": len(v), "mean": st.mean(v), "median": st.median(v),
+                 "stdev": st.stdev(v) if len(v) > 1 else 0.0, "values": [round(x, 1) for x in v]}
+             for k, v in per.items() if v}
+    ref = table.get("off")
+    for k, t in table.items():
+        if ref:
+            t["ratio_to_off_mean"] = t["mean"] / ref["mean"]
+            t["ratio_to_off_median"] = t["median"] / ref["median"]
+        log(f"rounds {k:<12} n={t['runs']:<3} mean {t['mean']:7.1f} median {t['median']:7.1f} tok/s"
+            + (f"  ratio to off {t['ratio_to_off_mean']:.3f} (median {t['ratio_to_off_median']:.3f})"
+               if ref else ""))
+    (out / "rounds.json").write_text(json.dumps(table, indent=2))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--rehearse", action="store_true", help="CPU: stand-in servers, no SGLang GPU run")
     ap.add_argument("--deadline", type=float, default=540, help="skip optional groups past this (s)")
+    ap.add_argument("--parallel", action="store_true",
+                    help="start every server after the first at once (capped KV pools; see PARALLEL_ARGS)")
+    ap.add_argument("--rounds", type=int, default=0,
+                    help="after the sweeps, bench every healthy server again, round-robin, this many "
+                         "rounds (tok/s ratios free of drift between the servers' own bench slots)")
     ap.add_argument("--groups", default="core,sync,wall,off,plugin,oracle,random",
                     help="which groups to run, in this order (the first group's 2nd config starts alone)")
     a = ap.parse_args()
@@ -137,16 +210,21 @@ def main() -> int:
     plugin_env = {"PYTHONPATH": pp}
 
     m6 = models["0.6"]
+    def grp(name: str, models_: Path, **kw: Any) -> sweep.SweepSpec:
+        return group(name, models_, out, parallel=a.parallel, **kw)
+
     known = {
-        "core": lambda: group("core", m6, out, matrix_steps=[1, 2, 3, 4], baseline=True),  # patch
-        "sync": lambda: group("sync", m6, out, matrix_steps=[2], mode="sync"),
-        "wall": lambda: group("wall", m6, out, matrix_steps=[2], mode="wall"),
-        "off": lambda: group("off", m6, out, matrix_steps=[2], profile=False, mode=None),
-        "plugin": lambda: group("plugin", m6, out, matrix_steps=[2], env=plugin_env),  # plugin route
-        "oracle": lambda: group("oracle", models["oracle"], out, matrix_steps=[2]),
-        "random": lambda: group("random", models["random"], out, matrix_steps=[2]),
-        "every100": lambda: group("every100", m6, out, matrix_steps=[2], every=100),
-        "wall100": lambda: group("wall100", m6, out, matrix_steps=[2], mode="wall", every=100),
+        "core": lambda: grp("core", m6, matrix_steps=[1, 2, 3, 4], baseline=True),  # patch
+        "sync": lambda: grp("sync", m6, matrix_steps=[2], mode="sync"),
+        "wall": lambda: grp("wall", m6, matrix_steps=[2], mode="wall"),
+        "off": lambda: grp("off", m6, matrix_steps=[2], profile=False, mode=None),
+        "plugin": lambda: grp("plugin", m6, matrix_steps=[2], env=plugin_env),  # plugin route
+        "oracle": lambda: grp("oracle", models["oracle"], matrix_steps=[2]),
+        "random": lambda: grp("random", models["random"], matrix_steps=[2]),
+        "every100": lambda: grp("every100", m6, matrix_steps=[2], every=100),
+        "on": lambda: grp("on", m6, matrix_steps=[2]),  # events, deferred window reads (default)
+        "now": lambda: grp("now", m6, matrix_steps=[2], env={"EAGLE3_PROFILE_DEFER": "0"}),
+        "wall100": lambda: grp("wall100", m6, matrix_steps=[2], mode="wall", every=100),
     }
     groups = [known[g.strip()]() for g in a.groups.split(",")]
 
@@ -183,9 +261,11 @@ def main() -> int:
     failed = []
     for i, wave in enumerate(waves, 1):
         t = time.monotonic()
+        if i == 2:
+            copy_pycache(env.package_dir, plain / "sglang")
         for cfg in wave:
             srv = started[cfg.name] = server.Server(cfg).start(wait=False)
-            until = time.monotonic() + 90
+            until = time.monotonic() + (0 if a.parallel and i > 1 else 90)
             while time.monotonic() < until and srv.is_running():
                 log_text = srv.log_path.read_text(errors="replace") if srv.log_path.exists() else ""
                 if "Memory pool end" in log_text or a.rehearse:
@@ -199,6 +279,8 @@ def main() -> int:
                 log(f"{cfg.name} failed to start: {str(exc).splitlines()[0]}")
         log(f"wave {i}: {len(wave)} server(s) started in {time.monotonic() - t:.0f} s")
 
+    Prestarted.keep = a.rounds > 0
+
     def factory(cfg: server.LaunchConfig, _root: str | None) -> Prestarted:
         return Prestarted(started[cfg.name])
 
@@ -210,6 +292,8 @@ def main() -> int:
                 log(f"deadline: skipping group {g.name}")
                 continue
             docs[g.name] = sweep.run_sweep(g, out / g.name, factory=factory, log=log)
+        if a.rounds:
+            interleave(started, docs, a.rounds, out, deadline=a.deadline + 40)
     finally:
         for s in started.values():
             try:
@@ -238,7 +322,7 @@ def main() -> int:
             log(f"plots skipped: {exc}")
     profs = {}
     for gname, slug_hint in (("core", "-s2-"), ("sync", ""), ("wall", ""), ("plugin", ""),
-                             ("every100", ""), ("wall100", ""), ("oracle", ""), ("random", "")):
+                             ("every100", ""), ("wall100", ""), ("on", ""), ("now", ""), ("oracle", ""), ("random", "")):
         for p in sorted((out / gname / "configs").glob("*/prof.jsonl")):
             if slug_hint in p.parent.name:
                 profs[f"{gname}/{p.parent.name}"] = p
@@ -250,6 +334,7 @@ def main() -> int:
     summary = {
         "sglang": env.version, "elapsed_s": round(time.monotonic() - T0, 1), "failed_start": failed,
         "revert_byte_identical": same, "revert_diff": diff,
+        "rounds": json.loads((out / "rounds.json").read_text()) if (out / "rounds.json").exists() else None,
         "groups": {k: [{"name": r["name"], "status": r["status"],
                         "tok_s": ((r.get("bench") or {}).get("summary") or {}).get("decode_tok_s"),
                         "accept_sglang": ((r.get("bench") or {}).get("summary") or {}).get("accept_length"),
