@@ -45,6 +45,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="show what would run, even on a GPU")
 
 
+def metrics_args(env) -> list[str]:
+    """--enable-metrics where SGLang exports its speculative counters (0.5.13+): the bench then
+    reads SGLang's own accept length, and the demo prints it beside ours."""
+    return ["--enable-metrics"] if env.at_least("0.5.13") else []
+
+
 def gpu_name() -> str | None:
     """Name of CUDA device 0, or None (no torch, no CUDA, or no device)."""
     try:
@@ -121,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         topk=1, draft_tokens=args.steps + 1, profile=True, profile_every=args.profile_every,
         profile_mode=args.profile_mode, profile_out=str(outdir / "profile.jsonl"),
         port=args.port, log=str(outdir / "server.log"), timeout=args.timeout,
-        extra_args=BASE_SERVER_ARGS + shlex.split(args.server_args), name="demo")
+        extra_args=BASE_SERVER_ARGS + metrics_args(env) + shlex.split(args.server_args), name="demo")
     if route == "source-patch":
         cfg.env["SGLANG_PLUGINS"] = "none"  # one recorder only: the patched code
     argv, add_env = srv.build_command(cfg)

@@ -85,6 +85,9 @@ def settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
         "spec": spec,
         "route": env.get("EAGLE3_PROFILE_ROUTE") or None,
         "idle_ms": idle_ms,
+        # events: read each window once the GPU has passed it (default), or "0": at its boundary,
+        # waiting for the GPU (the earlier behaviour, kept to measure what deferring saves)
+        "defer": env.get("EAGLE3_PROFILE_DEFER", "1").strip().lower() not in _FALSE,
     }
 
 

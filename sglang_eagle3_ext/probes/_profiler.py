@@ -70,6 +70,9 @@ class Profiler:
         self._on_cycle: Any = None  # backend.begin_cycle when it has one
         self._host_marks = False  # True when marks are host perf_counter values (wall)
         self._hist: dict[int, int] = {}
+        # a closed window waiting for the GPU to pass its newest mark: (window, cycles, hist, newest)
+        self._pending: tuple[int, list, dict[int, int], Any] | None = None
+        self._defer: bool = s.get("defer", True)
         self._rank: tuple[int, int] | None = None
         self._version: str | None | bool = False  # False = not looked up yet
 
@@ -109,9 +112,16 @@ class Profiler:
                 self._cycles.append((self._cb, self._ce, True, self._ph))
             else:
                 self._cycles.append((self._cb, h, False, self._ph))
+            restart = True
             if len(self._cycles) >= self.every:
-                self._emit(newest=h)
-                # the window's read and write must not be billed to the next cycle: restart it
+                self._close_window(newest=h)
+            elif self._pending is not None and self._backend.ready(self._pending[3]):
+                self._read_pending()
+            else:
+                restart = False  # the common case: this mark opens the next cycle
+            if restart:
+                # a window was closed or read: restart the cycle so that host time is billed to
+                # no cycle (and, after a pool swap, so the new cycle's mark lives in the new pool)
                 h = mark()
                 t = h if self._host_marks else perf_counter()
         self._open = True
@@ -195,29 +205,57 @@ class Profiler:
             p_cycle.append(total)
         return per, idle
 
-    def _emit(self, newest: Any, keep: Any = None) -> dict[str, Any] | None:
+    def _close_window(self, newest: Any, keep: Any = None, now: bool = False) -> dict[str, Any] | None:
+        """End the window at ``newest``: read it now, or (events) once the GPU has passed it.
+
+        Returns the record written now, if any. ``keep`` is a mark that belongs to a cycle still
+        open (flush); ``now`` reads at once, waiting for the GPU (flush, interpreter exit).
+        """
         cycles, self._cycles = self._cycles, []
         hist, self._hist = self._hist, {}
         if self._rank is None:
             self._rank = _rank_and_size()
-        rank, size = self._rank
         b = self.backend
         self.window += 1
-        if rank != 0:  # other ranks record but do not read or write (no sync there either)
+        if self._rank[0] != 0:  # other ranks record but do not read or write (no sync there either)
             b.release(keep)
             return None
-        b.wait(newest)  # the only host wait of the window (a no-op for wall/sync)
-        per, idle = self._resolve(cycles)
+        rec = self._read_pending() if self._pending is not None else None
+        if self._defer and b.deferred and not now:
+            self._pending = (self.window, cycles, hist, newest)
+            b.swap()  # the next window records into the pool the previous window was read from
+            return self._read_pending() if b.ready(newest) else rec
+        t0 = perf_counter()
+        b.wait(newest)
+        rec = self._write(self.window, cycles, hist, (perf_counter() - t0) * 1000.0)
         b.release(keep)  # every handle is read; the next cycle starts with a fresh mark
+        return rec
+
+    def _read_pending(self) -> dict[str, Any] | None:
+        window, cycles, hist, newest = self._pending
+        self._pending = None
+        t0 = perf_counter()
+        self.backend.wait(newest)  # returns at once when ready() said so
+        return self._write(window, cycles, hist, (perf_counter() - t0) * 1000.0)
+
+    def _write(self, window: int, cycles: list, hist: dict[int, int], wait_ms: float) -> dict[str, Any]:
+        t0 = perf_counter()
+        b = self.backend
+        per, idle = self._resolve(cycles)
         if self._version is False:
             self._version = _sglang_version()
+        rank, size = self._rank
         rec = build_record(
-            window=self.window, per_cycle=per, hist=hist, mode=b.name, spec=self.spec,
+            window=window, per_cycle=per, hist=hist, mode=b.name, spec=self.spec,
             route=self.route, sglang_version=self._version, rank=rank, tp_size=size,
             idle_cycles=idle, notes=self._notes,
         )
         if self.mode_requested not in ("auto", b.name):
             rec["mode_requested"] = self.mode_requested
+        # the profiler's own cost per window, measured: host time blocked on the GPU before the
+        # read (0 when read a window late), and reading + building the record
+        rec["probe_wait_ms"] = round(wait_ms, 4)
+        rec["probe_read_ms"] = round((perf_counter() - t0) * 1000.0, 4)
         sys.stderr.write(format_block(rec) + "\n")
         sys.stderr.flush()
         if self.out:
@@ -235,10 +273,12 @@ class Profiler:
         if self._open and self._ce is not None:
             self._cycles.append((self._cb, self._ce, False, self._ph))
             self._open = False
+        rec = self._read_pending() if self._pending is not None else None
         if len(self._cycles) < min_cycles:
-            return None
+            return rec
         # a cycle still open (no cycle_end yet) keeps its start mark through the pool reset
-        return self._emit(newest=self._cycles[-1][1], keep=self._cb if self._open else None)
+        return self._close_window(newest=self._cycles[-1][1], keep=self._cb if self._open else None,
+                                  now=True)
 
 
 class TracingProfiler(Profiler):

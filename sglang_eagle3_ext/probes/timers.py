@@ -4,7 +4,9 @@ A backend has four methods: ``mark()`` returns an opaque handle for "now", ``wai
 until ``newest`` (and so every older handle) can be read, ``elapsed_ms(a, b)`` reads the time
 between two handles, and ``release(keep)`` lets the backend recycle handles after a window was
 read (``keep`` is the one handle that still belongs to an open cycle). ``name`` is the timing mode
-printed in every report.
+printed in every report. A backend whose ``deferred`` is True also has ``ready(newest)`` (a
+non-blocking ``wait``) and ``swap()`` (keep the closed window's handles, record into fresh ones):
+the profiler then reads each window once the GPU has passed it, never waiting at the boundary.
 
 Backends are injectable (``probes.reset(backend=...)``) so the ``events`` logic is testable on
 a machine without CUDA: :class:`FakeEventTimer` behaves like CUDA events and counts the syncs.
@@ -34,6 +36,7 @@ class WallTimer:
     """perf_counter at the boundary (the seeds' method): on GPU it measures host launch time."""
 
     name = "wall"
+    deferred = False  # host clock values: readable at once
 
     def mark(self) -> float:
         return perf_counter()
@@ -64,21 +67,25 @@ class SyncTimer(WallTimer):
 
 
 class EventTimer:
-    """CUDA events recorded on the current stream; read once per window.
+    """CUDA events recorded on the current stream; read once per window, a window late.
 
-    Events live in a pool that is reused after every window (a ring buffer): nothing is
-    allocated per cycle once the first window has filled the pool, and the only host wait is
-    ``synchronize()`` on the newest event when a window is read.
+    Events live in two pools used in turn (double buffering): a closed window's events stay
+    untouched in one pool while the next window records into the other, so the profiler can
+    read a window once the GPU has passed it (``ready``) instead of waiting for it at the
+    window boundary, which would drain an overlap scheduler's pipeline once per window. Nothing
+    is allocated per cycle once both pools are filled.
     """
 
     name = "events"
+    deferred = True  # windows may be read late: see Profiler._close_window
 
     def __init__(self, event_factory: Callable[[], Any],
                  current_stream: Callable[[], Any] | None = None) -> None:
         self._new = event_factory
         self._current_stream = current_stream
         self._stream: Any = None
-        self._pool: list[Any] = []
+        self._pools: tuple[list[Any], list[Any]] = ([], [])
+        self._pool = self._pools[0]
         self._i = 0
         self.syncs = 0
 
@@ -101,6 +108,15 @@ class EventTimer:
         newest.synchronize()
         self.syncs += 1
 
+    def ready(self, newest: Any) -> bool:
+        """True once the GPU has passed ``newest`` (non-blocking)."""
+        return bool(newest.query())
+
+    def swap(self) -> None:
+        """Record into the other pool from now on; the current one keeps the closed window."""
+        self._pool = self._pools[1] if self._pool is self._pools[0] else self._pools[0]
+        self._i = 0
+
     def elapsed_ms(self, start: Any, end: Any) -> float:
         return float(start.elapsed_time(end))
 
@@ -118,7 +134,7 @@ class EventTimer:
 
     @property
     def pool_size(self) -> int:
-        return len(self._pool)
+        return len(self._pools[0]) + len(self._pools[1])
 
 
 class _FakeEvent:
@@ -137,7 +153,17 @@ class _FakeEvent:
         self._owner.records += 1
 
     def synchronize(self) -> None:
-        self._owner.resolved_upto = max(self._owner.resolved_upto, self.t)
+        owner = self._owner
+        if owner.clock() < self.t + owner.lag:
+            owner.blocked += 1  # a real host would stall here until the GPU caught up
+        owner.resolved_upto = max(owner.resolved_upto, self.t)
+
+    def query(self) -> bool:
+        owner = self._owner
+        if owner.clock() < self.t + owner.lag:  # the "GPU" is still behind this event
+            return False
+        owner.resolved_upto = max(owner.resolved_upto, self.t)
+        return True
 
     def elapsed_time(self, end: _FakeEvent) -> float:
         owner = self._owner
@@ -153,11 +179,14 @@ class FakeEventTimer(EventTimer):
     """The ``events`` backend without CUDA: same pool and lazy reading, a host clock as "GPU".
 
     Used by the tests (to prove there is no per-cycle sync) and by the overhead benchmark on
-    machines without a GPU. ``clock`` returns seconds; ``syncs`` counts host waits.
+    machines without a GPU. ``clock`` returns seconds; ``syncs`` counts host waits; ``lag``
+    (seconds of ``clock``) is how far the "GPU" runs behind: ``query()`` is False until then.
     """
 
-    def __init__(self, clock: Callable[[], float] = perf_counter) -> None:
+    def __init__(self, clock: Callable[[], float] = perf_counter, lag: float = 0.0) -> None:
         self.clock = clock
+        self.lag = lag
+        self.blocked = 0  # waits that would have stalled the host (the GPU had not got there yet)
         self.records = 0
         self.reads = 0
         self.resolved_upto = float("-inf")
