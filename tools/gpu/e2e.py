@@ -224,6 +224,9 @@ def main() -> int:
         "every100": lambda: grp("every100", m6, matrix_steps=[2], every=100),
         "on": lambda: grp("on", m6, matrix_steps=[2]),  # events, deferred window reads (default)
         "now": lambda: grp("now", m6, matrix_steps=[2], env={"EAGLE3_PROFILE_DEFER": "0"}),
+        # A/A controls: a second server of the same config shows the server-to-server spread
+        "off2": lambda: grp("off2", m6, matrix_steps=[2], profile=False, mode=None),
+        "on2": lambda: grp("on2", m6, matrix_steps=[2]),
         "wall100": lambda: grp("wall100", m6, matrix_steps=[2], mode="wall", every=100),
     }
     groups = [known[g.strip()]() for g in a.groups.split(",")]
@@ -322,7 +325,7 @@ def main() -> int:
             log(f"plots skipped: {exc}")
     profs = {}
     for gname, slug_hint in (("core", "-s2-"), ("sync", ""), ("wall", ""), ("plugin", ""),
-                             ("every100", ""), ("wall100", ""), ("on", ""), ("now", ""), ("oracle", ""), ("random", "")):
+                             ("every100", ""), ("wall100", ""), ("on", ""), ("now", ""), ("on2", ""), ("oracle", ""), ("random", "")):
         for p in sorted((out / gname / "configs").glob("*/prof.jsonl")):
             if slug_hint in p.parent.name:
                 profs[f"{gname}/{p.parent.name}"] = p
