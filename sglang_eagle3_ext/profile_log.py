@@ -331,6 +331,12 @@ def summarize(run: ProfileRun, *, all_windows: bool = False) -> dict[str, Any]:
                 per_position.append(round(v, 4) if v is not None else None)
     cycle_ms = phases[CYCLE]["mean_ms"]
     cycles = [r.get("cycles") for r in recs]
+    # the profiler's own measured read cost (records that carry it): host ms per window spent
+    # waiting for the GPU and reading the timers, over the cycles it covered
+    probe_us = None
+    if recs and all("probe_read_ms" in r and r.get("cycles") for r in recs):
+        spent = sum(r["probe_read_ms"] + r.get("probe_wait_ms", 0.0) for r in recs)
+        probe_us = round(1000.0 * spent / sum(r["cycles"] for r in recs), 2)
     modes = sorted({str(r.get("mode")) for r in recs})
     return {
         "file": run.path,
@@ -348,5 +354,6 @@ def summarize(run: ProfileRun, *, all_windows: bool = False) -> dict[str, Any]:
         "sglang_version": next((r.get("sglang_version") for r in reversed(recs) if r.get("sglang_version")), None),
         "route": next((r.get("route") for r in reversed(recs) if r.get("route")), None),
         "legacy": any("legacy" in r for r in recs),
+        "probe_read_us_per_cycle": probe_us,
         "notes": notes,
     }

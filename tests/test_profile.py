@@ -122,3 +122,34 @@ def test_summary_leaves_the_warm_up_window_out_by_default():
     assert kept["windows"] == 3 and default["windows"] == 2
     assert default["cycles"] == kept["cycles"] - run.records[0]["cycles"]
     assert any("window 1" in n for n in default["notes"])
+
+
+def test_profile_reports_the_probes_own_read_cost(tmp_path, capsys):
+    """Records written by the real profiler carry its measured read cost per window; `profile`
+    turns it into us per cycle (FakeEventTimer stands in for CUDA events: no GPU here)."""
+    from sglang_eagle3_ext import probes
+    from sglang_eagle3_ext.probes import timers
+
+    out = tmp_path / "prof.jsonl"
+    probes.reset(environ={"EAGLE3_PROFILE": "1", "EAGLE3_PROFILE_EVERY": "10",
+                          "EAGLE3_PROFILE_OUT": str(out)}, backend=timers.FakeEventTimer())
+    try:
+        for _ in range(31):
+            probes.cycle_begin()
+            for name in ("draft", "verify", "extend"):
+                probes.phase_begin(name)
+                probes.phase_end(name)
+            probes.record_accept([1], bonus_included=False)
+            probes.cycle_end()
+        probes.cycle_begin()
+    finally:
+        probes.reset(environ={})
+    recs = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(recs) == 3 and all(r["probe_read_ms"] > 0 and r["probe_wait_ms"] >= 0 for r in recs)
+    s = profile_log.summarize(profile_log.load(out))
+    want = 1000.0 * sum(r["probe_read_ms"] + r["probe_wait_ms"] for r in recs[1:]) / 20
+    assert s["probe_read_us_per_cycle"] == pytest.approx(want, abs=0.01)
+    assert cli.main(["profile", str(out)]) == 0
+    assert "Probe read cost" in capsys.readouterr().out
+    assert cli.main(["profile", str(SYNTH)]) == 0  # older records: no such row
+    assert "Probe read cost" not in capsys.readouterr().out

@@ -85,6 +85,9 @@ def _table(summaries: list[dict[str, Any]], baseline_tps: float | None):
     row("Accept by position (cond.)",
         lambda s: " ".join(_fmt(r) for r in s["per_position"]) if s["per_position"] else "n/a")
     row("Eff tok/s", lambda s: _fmt(s["eff_tok_s"], ".1f"))
+    if any(s.get("probe_read_us_per_cycle") is not None for s in summaries):
+        row("Probe read cost", lambda s: "n/a" if s.get("probe_read_us_per_cycle") is None
+            else f"{s['probe_read_us_per_cycle']:.1f} us/cycle")
     if baseline_tps is not None:
         row(f"Break-even accept len @ {baseline_tps:g} tok/s", lambda s: _fmt(s.get("break_even_accept_len")))
         row("Margin (accept len)", lambda s: _fmt(s.get("margin_accept_len"), "+.2f"))
