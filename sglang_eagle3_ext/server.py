@@ -593,3 +593,18 @@ def _group_is_ours(info: dict[str, Any]) -> bool:
     wanted = [a.encode() for a in info.get("argv", [])[1:3]]  # ["-m", "<module>"]
     return not wanted or all(w in argv for w in wanted)
 
+
+def scheduler_pids(pgid: int) -> list[int]:
+    """The scheduler processes of one server (its process group; SGLang titles them
+    ``sglang::scheduler*``): where EAGLE3_PROFILE_TOGGLE's signal goes (docs/profiling.md)."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            title = (d / "cmdline").read_bytes().split(b"\0")[0]
+            if title.startswith(b"sglang::scheduler") and os.getpgid(int(d.name)) == pgid:
+                pids.append(int(d.name))
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return sorted(pids)

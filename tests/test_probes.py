@@ -340,3 +340,50 @@ def test_flush_mid_cycle_keeps_the_open_cycle_start():
     assert probes.windows[-1]["cycles"] == 10
     assert probes.windows[-1]["phases"]["cycle"]["p50_ms"] == 3.0
     assert probes.windows[-1]["phases"]["cycle"]["mean_ms"] == pytest.approx((5.0 + 9 * 3.0) / 10)
+
+
+def test_toggle_signal_pauses_and_resumes_a_live_process(tmp_path, capsys):
+    """EAGLE3_PROFILE_TOGGLE=SIGUSR2 (a real signal to this process): paused, probe calls do
+    nothing; resumed, a fresh profiler with the same settings records again; the paused
+    profiler's last partial window is written at the resume."""
+    import os
+    import signal
+
+    out = tmp_path / "prof.jsonl"
+    probes.reset(environ=on(tmp_path, EAGLE3_PROFILE_TOGGLE="usr2", EAGLE3_PROFILE_EVERY="5",
+                            EAGLE3_PROFILE_MODE="wall"))
+    old = signal.getsignal(signal.SIGUSR2)
+    try:
+        assert old is probes._on_toggle
+
+        def cycles(n: int) -> None:
+            for _ in range(n):
+                probes.cycle_begin()
+                probes.phase_begin("verify")
+                probes.phase_end("verify")
+                probes.record_accept([1], bonus_included=False)
+                probes.cycle_end()
+
+        cycles(12)  # 11 closed cycles: 2 windows, 1 cycle collected, 1 open
+        assert len(probes.windows) == 2
+        os.kill(os.getpid(), signal.SIGUSR2)
+        assert not probes.enabled()
+        cycles(20)  # paused: nothing recorded
+        os.kill(os.getpid(), signal.SIGUSR2)
+        assert probes.enabled()
+        cycles(11)
+        recs = [json.loads(x) for x in out.read_text().splitlines()]
+        assert [(r["window"], r["cycles"]) for r in recs] == [(1, 5), (2, 5), (3, 2), (1, 5), (2, 5)]
+        err = capsys.readouterr().err
+        assert "paused by signal" in err and "resumed by signal" in err
+    finally:
+        probes.reset(environ={})
+        signal.signal(signal.SIGUSR2, signal.SIG_DFL)
+
+
+def test_toggle_signal_bad_value_warns_and_installs_nothing(capsys):
+    import signal
+
+    probes.reset(environ=on(EAGLE3_PROFILE_TOGGLE="SIGTERM"))
+    assert "not SIGUSR1 or SIGUSR2" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGTERM) is not probes._on_toggle

@@ -202,12 +202,17 @@ def test_cli_detach_and_stop(standin, tmp_path):
 @requires_sglang
 def test_real_sglang_cpu_server(tmp_path):
     """`sgl-eagle3 launch --no-spec` starting real SGLang 0.5.23 on CPU (sgl_kernel stub, reference
-    sglang-on-cpu.md 2d), one /generate, then `sgl-eagle3 stop`. EAGLE3 itself needs a GPU."""
+    sglang-on-cpu.md 2d), one /generate, then `sgl-eagle3 stop`. EAGLE3 itself needs a GPU.
+
+    With EAGLE3_PROFILE and EAGLE3_PROFILE_TOGGLE=SIGUSR2 set, our plugin loads the probes in the
+    scheduler, which installs the toggle: two real SIGUSR2 (pause, resume) leave it serving (a
+    process without the handler would be terminated by SIGUSR2)."""
     try:
         from sglang_eagle3_ext import tiny
     except ImportError:
         pytest.skip("sglang_eagle3_ext.tiny not available yet")
-    env = subprocess_env(sgl_kernel=True, extra={"SGLANG_USE_CPU_ENGINE": "1"})
+    env = subprocess_env(sgl_kernel=True, extra={"SGLANG_USE_CPU_ENGINE": "1", "EAGLE3_PROFILE": "1",
+                                                 "EAGLE3_PROFILE_TOGGLE": "SIGUSR2"})
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env["PYTHONPATH"]])
     models = tiny.build(tmp_path / "tiny", acceptance="random")
     port, pid_file, log = free_port(), tmp_path / "srv.json", tmp_path / "server.log"
@@ -218,14 +223,24 @@ def test_real_sglang_cpu_server(tmp_path):
     p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     info = json.loads(pid_file.read_text())
-    try:
+    def generate() -> dict:
         req = urllib.request.Request(
             f"http://127.0.0.1:{port}/generate", method="POST", headers={"Content-Type": "application/json"},
             data=json.dumps({"text": "hello", "sampling_params": {"max_new_tokens": 4, "temperature": 0}}).encode())
         with urllib.request.urlopen(req, timeout=60) as r:
-            body = json.loads(r.read())
-        assert body["meta_info"]["completion_tokens"] >= 1
+            return json.loads(r.read())
+
+    try:
+        assert generate()["meta_info"]["completion_tokens"] >= 1
         assert "fired up and ready to roll" in log.read_text()
+        pids = server.scheduler_pids(info["pgid"])
+        assert len(pids) == 1
+        for _ in range(2):
+            os.kill(pids[0], signal.SIGUSR2)
+            time.sleep(0.5)
+        assert generate()["meta_info"]["completion_tokens"] >= 1
+        text = log.read_text()
+        assert "paused by signal" in text and "resumed by signal" in text
     finally:
         s = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext", "stop", "--pid-file", str(pid_file)],
                            env=env, capture_output=True, text=True, timeout=60)

@@ -88,11 +88,26 @@ def settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
         # events: read each window once the GPU has passed it (default), or "0": at its boundary,
         # waiting for the GPU (the earlier behaviour, kept to measure what deferring saves)
         "defer": env.get("EAGLE3_PROFILE_DEFER", "1").strip().lower() not in _FALSE,
+        "toggle": _toggle_signal(env.get("EAGLE3_PROFILE_TOGGLE", ""), on),
     }
+
+
+def _toggle_signal(raw: str, on: bool) -> str | None:
+    name = raw.strip().upper()
+    if not name:
+        return None
+    name = name if name.startswith("SIG") else "SIG" + name
+    if name not in ("SIGUSR1", "SIGUSR2"):
+        if on:
+            _warn(f"EAGLE3_PROFILE_TOGGLE={raw!r} is not SIGUSR1 or SIGUSR2; no toggle signal")
+        return None
+    return name
 
 
 _atexit_registered = False
 _P: Any = None  # the Profiler when enabled, else None: the one check on the hot path
+_paused: Any = None  # the Profiler a toggle signal paused, written out at the next toggle or exit
+_settings: dict[str, Any] | None = None  # what the last reset() read: a resumed profiler reuses it
 
 
 def enabled() -> bool:
@@ -162,17 +177,17 @@ def reset(*, backend: Any = None, environ: Mapping[str, str] | None = None) -> N
     ``backend`` replaces the timer backend (see ``probes.timers``), e.g. a ``FakeEventTimer`` to
     exercise ``events`` mode without CUDA.
     """
-    global _P
+    global _P, _paused, _settings
+    _paused = None
     trace.clear()
     windows.clear()
-    s = settings(environ)
+    s = _settings = settings(environ)
     if not s["enabled"]:
         _P = None
         return
-    from ._profiler import Profiler, TracingProfiler
-
-    cls = TracingProfiler if s["trace"] else Profiler
-    _P = cls(s, backend=backend, sink=windows, trace=trace)
+    _start(s, backend)
+    if s["toggle"]:
+        _install_toggle(s["toggle"])
     global _atexit_registered
     if not _atexit_registered:
         import atexit
@@ -181,13 +196,59 @@ def reset(*, backend: Any = None, environ: Mapping[str, str] | None = None) -> N
         _atexit_registered = True
 
 
+def _start(s: dict[str, Any], backend: Any = None) -> None:
+    global _P
+    from ._profiler import Profiler, TracingProfiler
+
+    cls = TracingProfiler if s["trace"] else Profiler
+    _P = cls(s, backend=backend, sink=windows, trace=trace)
+
+
+def _install_toggle(name: str) -> None:
+    """EAGLE3_PROFILE_TOGGLE=SIGUSR2: that signal pauses / resumes the probes of a live process
+    (profile a slice of traffic; A/B the probes' cost on one server). Python runs the handler in
+    the main thread between bytecodes, possibly in the middle of a probe call: so pausing only
+    swaps the profiler out (the interrupted call finishes on the old object, which is written out
+    at the next toggle), and resuming builds a fresh one."""
+    import signal
+    import threading
+
+    if signal.getsignal(getattr(signal, name)) is _on_toggle:
+        return
+    if threading.current_thread() is not threading.main_thread():
+        _warn(f"EAGLE3_PROFILE_TOGGLE={name}: probes started outside the main thread; no toggle signal")
+        return
+    try:
+        signal.signal(getattr(signal, name), _on_toggle)
+    except (ValueError, OSError, AttributeError) as exc:
+        _warn(f"EAGLE3_PROFILE_TOGGLE={name}: cannot install the handler ({exc})")
+
+
+def _on_toggle(signum: int, frame: Any) -> None:
+    global _P, _paused
+    if _P is not None:
+        _P, _paused = None, _P
+        _warn("paused by signal (probe calls are no-ops until the next one)")
+        return
+    old, _paused = _paused, None
+    if old is not None:
+        _flush_quietly(old, 1)
+    if _settings is not None:
+        _start(_settings)  # the settings it was started with; a fresh timer backend
+        _warn("resumed by signal")
+
+
+def _flush_quietly(p: Any, min_cycles: int) -> None:
+    try:
+        p.flush(min_cycles=min_cycles)
+    except Exception as exc:  # noqa: BLE001 - never take the host process down
+        _warn(f"last window not written: {exc}")
+
+
 def _at_exit() -> None:
-    p = _P
-    if p is not None:
-        try:
-            p.flush(min_cycles=10)
-        except Exception as exc:  # noqa: BLE001 - never fail interpreter shutdown
-            _warn(f"final window not written: {exc}")
+    for p in (_paused, _P):
+        if p is not None:
+            _flush_quietly(p, 10)
 
 
 if os.environ.get("EAGLE3_PROFILE", "").strip().lower() not in _FALSE:

@@ -164,6 +164,57 @@ def interleave(started: dict[str, server.Server], docs: dict[str, dict], rounds:
     (out / "rounds.json").write_text(json.dumps(table, indent=2))
 
 
+def toggle_ab(srv: server.Server, rounds: int, out: Path, deadline: float) -> None:
+    """Probes on vs off on ONE server (EAGLE3_PROFILE_TOGGLE=SIGUSR2 pauses/resumes them), so
+    server-to-server spread (up to 9% between two identical servers here) drops out. The order
+    alternates per round (on,off / off,on) against drift. OUT/e2e/toggle_ab.json."""
+    import signal
+    import statistics as st
+
+    from sglang_eagle3_ext import bench
+
+    pids = server.scheduler_pids(srv.pgid)
+    if not pids:
+        log("toggle A/B: no sglang::scheduler process found; skipped")
+        return
+    state, per = "on", {"on": [], "off": []}
+
+    def flip() -> None:
+        nonlocal state
+        for pid in pids:
+            os.kill(pid, signal.SIGUSR2)
+        state = "off" if state == "on" else "on"
+        time.sleep(0.2)
+
+    def measure() -> None:
+        opts = bench.BenchOptions(url=srv.url, runs=2, warmup=0, max_tokens=BENCH["max_tokens"],
+                                  ignore_eos=True, label=f"toggle-{state}")
+        per[state] += [x["decode_tok_s"] for x in bench.run_bench(opts)["runs"] if x["decode_tok_s"]]
+
+    done = 0
+    for _ in range(rounds):
+        if time.monotonic() - T0 > deadline:
+            break
+        measure()
+        flip()
+        measure()
+        done += 1  # the state stays flipped: the next round starts with the other one
+    if state == "off":
+        flip()
+    res = {k: {"runs": len(v), "mean": st.mean(v), "median": st.median(v),
+               "stdev": st.stdev(v) if len(v) > 1 else 0.0, "values": [round(x, 1) for x in v]}
+           for k, v in per.items() if v}
+    if "on" in res and "off" in res:
+        res["ratio_on_off_mean"] = res["on"]["mean"] / res["off"]["mean"]
+        res["ratio_on_off_median"] = res["on"]["median"] / res["off"]["median"]
+        se = (res["on"]["stdev"] ** 2 / res["on"]["runs"] + res["off"]["stdev"] ** 2 / res["off"]["runs"]) ** 0.5
+        res["ratio_se"] = se / res["off"]["mean"]
+        log(f"toggle A/B on one server ({done} rounds, scheduler pids {pids}): on {res['on']['mean']:.1f} "
+            f"off {res['off']['mean']:.1f} tok/s; ratio {res['ratio_on_off_mean']:.3f} "
+            f"(median {res['ratio_on_off_median']:.3f}, +- {res['ratio_se']:.3f} SE)")
+    (out / "toggle_ab.json").write_text(json.dumps(res, indent=2))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -174,6 +225,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=0,
                     help="after the sweeps, bench every healthy server again, round-robin, this many "
                          "rounds (tok/s ratios free of drift between the servers' own bench slots)")
+    ap.add_argument("--toggle-rounds", type=int, default=0,
+                    help="with the 'toggle' group: probes on/off A/B rounds on that one server")
     ap.add_argument("--groups", default="core,sync,wall,off,plugin,oracle,random",
                     help="which groups to run, in this order (the first group's 2nd config starts alone)")
     a = ap.parse_args()
@@ -227,6 +280,7 @@ def main() -> int:
         # A/A controls: a second server of the same config shows the server-to-server spread
         "off2": lambda: grp("off2", m6, matrix_steps=[2], profile=False, mode=None),
         "on2": lambda: grp("on2", m6, matrix_steps=[2]),
+        "toggle": lambda: grp("toggle", m6, matrix_steps=[2], env={"EAGLE3_PROFILE_TOGGLE": "SIGUSR2"}),
         "wall100": lambda: grp("wall100", m6, matrix_steps=[2], mode="wall", every=100),
     }
     groups = [known[g.strip()]() for g in a.groups.split(",")]
@@ -282,7 +336,7 @@ def main() -> int:
                 log(f"{cfg.name} failed to start: {str(exc).splitlines()[0]}")
         log(f"wave {i}: {len(wave)} server(s) started in {time.monotonic() - t:.0f} s")
 
-    Prestarted.keep = a.rounds > 0
+    Prestarted.keep = a.rounds > 0 or a.toggle_rounds > 0
 
     def factory(cfg: server.LaunchConfig, _root: str | None) -> Prestarted:
         return Prestarted(started[cfg.name])
@@ -297,6 +351,9 @@ def main() -> int:
             docs[g.name] = sweep.run_sweep(g, out / g.name, factory=factory, log=log)
         if a.rounds:
             interleave(started, docs, a.rounds, out, deadline=a.deadline + 40)
+        tog = [c.name for g in groups if g.name == "toggle" for c in g.configs]
+        if a.toggle_rounds and tog and "toggle" in docs:
+            toggle_ab(started[tog[0]], a.toggle_rounds, out, deadline=a.deadline + 15)
     finally:
         for s in started.values():
             try:
@@ -325,7 +382,7 @@ def main() -> int:
             log(f"plots skipped: {exc}")
     profs = {}
     for gname, slug_hint in (("core", "-s2-"), ("sync", ""), ("wall", ""), ("plugin", ""),
-                             ("every100", ""), ("wall100", ""), ("on", ""), ("now", ""), ("on2", ""), ("oracle", ""), ("random", "")):
+                             ("every100", ""), ("wall100", ""), ("on", ""), ("now", ""), ("on2", ""), ("toggle", ""), ("oracle", ""), ("random", "")):
         for p in sorted((out / gname / "configs").glob("*/prof.jsonl")):
             if slug_hint in p.parent.name:
                 profs[f"{gname}/{p.parent.name}"] = p
@@ -338,6 +395,8 @@ def main() -> int:
         "sglang": env.version, "elapsed_s": round(time.monotonic() - T0, 1), "failed_start": failed,
         "revert_byte_identical": same, "revert_diff": diff,
         "rounds": json.loads((out / "rounds.json").read_text()) if (out / "rounds.json").exists() else None,
+        "toggle_ab": (json.loads((out / "toggle_ab.json").read_text())
+                      if (out / "toggle_ab.json").exists() else None),
         "groups": {k: [{"name": r["name"], "status": r["status"],
                         "tok_s": ((r.get("bench") or {}).get("summary") or {}).get("decode_tok_s"),
                         "accept_sglang": ((r.get("bench") or {}).get("summary") or {}).get("accept_length"),
