@@ -351,8 +351,9 @@ def main() -> int:
             docs[g.name] = sweep.run_sweep(g, out / g.name, factory=factory, log=log)
         if a.rounds:
             interleave(started, docs, a.rounds, out, deadline=a.deadline + 40)
-        tog = [c.name for g in groups if g.name == "toggle" for c in g.configs]
-        if a.toggle_rounds and tog and "toggle" in docs:
+        tog = [r["launch"]["name"] for r in (docs.get("toggle") or {}).get("configs", [])
+               if r["status"] == "ok" and r.get("launch", {}).get("name") in started]
+        if a.toggle_rounds and tog:
             toggle_ab(started[tog[0]], a.toggle_rounds, out, deadline=a.deadline + 15)
     finally:
         for s in started.values():
