@@ -191,6 +191,21 @@ def toggle_ab(srv: server.Server, rounds: int, out: Path, deadline: float) -> No
                                   ignore_eos=True, label=f"toggle-{state}")
         per[state] += [x["decode_tok_s"] for x in bench.run_bench(opts)["runs"] if x["decode_tok_s"]]
 
+    def report(final: bool) -> None:
+        res: dict[str, Any] = {k: {"runs": len(v), "mean": st.mean(v), "median": st.median(v),
+                                   "stdev": st.stdev(v) if len(v) > 1 else 0.0,
+                                   "values": [round(x, 1) for x in v]} for k, v in per.items() if v}
+        if "on" in res and "off" in res:
+            on_, off_ = res["on"], res["off"]
+            res["ratio_on_off_mean"] = on_["mean"] / off_["mean"]
+            res["ratio_on_off_median"] = on_["median"] / off_["median"]
+            res["ratio_se"] = (on_["stdev"] ** 2 / on_["runs"] + off_["stdev"] ** 2 / off_["runs"]) ** 0.5 / off_["mean"]
+            if final:
+                log(f"toggle A/B on one server ({done} rounds, scheduler pids {pids}): on {on_['mean']:.1f} "
+                    f"off {off_['mean']:.1f} tok/s; ratio {res['ratio_on_off_mean']:.3f} "
+                    f"(median {res['ratio_on_off_median']:.3f}, +- {res['ratio_se']:.3f} SE)")
+        (out / "toggle_ab.json").write_text(json.dumps(res, indent=2))  # each round: a cut run keeps it
+
     done = 0
     for _ in range(rounds):
         if time.monotonic() - T0 > deadline:
@@ -199,20 +214,10 @@ def toggle_ab(srv: server.Server, rounds: int, out: Path, deadline: float) -> No
         flip()
         measure()
         done += 1  # the state stays flipped: the next round starts with the other one
+        report(final=False)
     if state == "off":
         flip()
-    res = {k: {"runs": len(v), "mean": st.mean(v), "median": st.median(v),
-               "stdev": st.stdev(v) if len(v) > 1 else 0.0, "values": [round(x, 1) for x in v]}
-           for k, v in per.items() if v}
-    if "on" in res and "off" in res:
-        res["ratio_on_off_mean"] = res["on"]["mean"] / res["off"]["mean"]
-        res["ratio_on_off_median"] = res["on"]["median"] / res["off"]["median"]
-        se = (res["on"]["stdev"] ** 2 / res["on"]["runs"] + res["off"]["stdev"] ** 2 / res["off"]["runs"]) ** 0.5
-        res["ratio_se"] = se / res["off"]["mean"]
-        log(f"toggle A/B on one server ({done} rounds, scheduler pids {pids}): on {res['on']['mean']:.1f} "
-            f"off {res['off']['mean']:.1f} tok/s; ratio {res['ratio_on_off_mean']:.3f} "
-            f"(median {res['ratio_on_off_median']:.3f}, +- {res['ratio_se']:.3f} SE)")
-    (out / "toggle_ab.json").write_text(json.dumps(res, indent=2))
+    report(final=True)
 
 
 def main() -> int:
