@@ -7,6 +7,9 @@ capture), so every server is started before any is measured: one first (it warms
 then the rest together; then each config is benchmarked alone while the others sit idle, through
 the same code path as `sgl-eagle3 sweep` (sweep.run_sweep with a factory handing out the
 already-started servers). Everything lands in OUT/e2e/, packed into OUT/e2e.tar.gz at the end.
+--parallel starts all servers after the first at once (capped KV pools); --rounds N re-benches
+every server in turn (OUT/e2e/rounds.json); --toggle-rounds N with the `toggle` group A/Bs the
+probes on one server through EAGLE3_PROFILE_TOGGLE (OUT/e2e/toggle_ab.json).
 
     tools/gpu/run.sh python3 tools/gpu/e2e.py --out $OUT
     python3 tools/gpu/e2e.py --out /tmp/x --rehearse     # CPU: stand-in servers, same plumbing
