@@ -72,8 +72,8 @@ class EventTimer:
     Events live in two pools used in turn (double buffering): a closed window's events stay
     untouched in one pool while the next window records into the other, so the profiler can
     read a window once the GPU has passed it (``ready``) instead of waiting for it at the
-    window boundary, which would drain an overlap scheduler's pipeline once per window. Nothing
-    is allocated per cycle once both pools are filled.
+    window boundary (a host stall whenever the GPU runs behind the host). Nothing is allocated
+    per cycle once both pools are filled.
     """
 
     name = "events"
