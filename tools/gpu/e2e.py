@@ -34,7 +34,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from sglang_eagle3_ext import flags, server, sweep, tiny  # noqa: E402
+from sglang_eagle3_ext import bench, flags, server, sweep, tiny  # noqa: E402
 from sglang_eagle3_ext.sglang_env import locate  # noqa: E402
 
 T0 = time.monotonic()
@@ -130,12 +130,17 @@ def group(name: str, models: Path, out: Path, *, matrix_steps: list[int], baseli
     return sweep.load_spec(path)
 
 
+def run_stats(values: list[float]) -> dict[str, Any]:
+    """bench.summarize's figures for one server's decode tok/s runs, plus the runs themselves."""
+    s = bench.summarize(values)
+    return {"runs": len(values), "mean": s["avg"], "median": s["median"], "stdev": s["stdev"],
+            "values": [round(x, 1) for x in values]}
+
+
 def interleave(started: dict[str, server.Server], docs: dict[str, dict], rounds: int, out: Path,
                deadline: float) -> None:
     """Bench each healthy server once per round, in turn: every config sees the same machine
     drift, so the tok/s ratios between them are fair (OUT/e2e/rounds.json)."""
-    from sglang_eagle3_ext import bench
-
     names = {g if len(d["configs"]) == 1 else f"{g}/{r['name']}": (g, r)
              for g, d in docs.items() for r in d["configs"] if r["status"] == "ok"}
     per: dict[str, list[float]] = {k: [] for k in names}
@@ -151,11 +156,8 @@ def interleave(started: dict[str, server.Server], docs: dict[str, dict], rounds:
                                       ignore_eos=True, label=key)
             res = bench.run_bench(opts)
             per[key] += [x["decode_tok_s"] for x in res["runs"] if x["decode_tok_s"]]
-    import statistics as st
 
-    table = {k: {"runs": len(v), "mean": st.mean(v), "median": st.median(v),
-                 "stdev": st.stdev(v) if len(v) > 1 else 0.0, "values": [round(x, 1) for x in v]}
-             for k, v in per.items() if v}
+    table = {k: run_stats(v) for k, v in per.items() if v}
     ref = table.get("off")
     for k, t in table.items():
         if ref:
@@ -172,9 +174,6 @@ def toggle_ab(srv: server.Server, rounds: int, out: Path, deadline: float) -> No
     server-to-server spread (up to 9% between two identical servers here) drops out. The order
     alternates per round (on,off / off,on) against drift. OUT/e2e/toggle_ab.json."""
     import signal
-    import statistics as st
-
-    from sglang_eagle3_ext import bench
 
     pids = server.scheduler_pids(srv.pgid)
     if not pids:
@@ -195,9 +194,7 @@ def toggle_ab(srv: server.Server, rounds: int, out: Path, deadline: float) -> No
         per[state] += [x["decode_tok_s"] for x in bench.run_bench(opts)["runs"] if x["decode_tok_s"]]
 
     def report(final: bool) -> None:
-        res: dict[str, Any] = {k: {"runs": len(v), "mean": st.mean(v), "median": st.median(v),
-                                   "stdev": st.stdev(v) if len(v) > 1 else 0.0,
-                                   "values": [round(x, 1) for x in v]} for k, v in per.items() if v}
+        res: dict[str, Any] = {k: run_stats(v) for k, v in per.items() if v}
         if "on" in res and "off" in res:
             on_, off_ = res["on"], res["off"]
             res["ratio_on_off_mean"] = on_["mean"] / off_["mean"]
