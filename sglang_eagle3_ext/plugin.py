@@ -457,12 +457,23 @@ def _is_decode(batch: Any, rule: dict[str, str]) -> bool:
         return False
 
 
+def _is_idle(batch: Any) -> bool:
+    try:
+        return bool(batch.forward_mode.is_idle())
+    except Exception:  # noqa: BLE001 - an unexpected batch shape: treat as nothing happened
+        return True
+
+
 def _cycle_hook(rule: dict[str, str]) -> Callable[..., Any]:
     arg = rule["arg"]
 
     def cycle(original: Callable[..., Any], self: Any, *args: Any, **kwargs: Any) -> Any:
         batch = args[0] if args else kwargs.get(arg)
-        if _S.depth or not _is_decode(batch, rule):
+        if _S.depth:
+            return original(self, *args, **kwargs)
+        if not _is_decode(batch, rule):
+            if not _is_idle(batch):  # a prefill / extend: the cycles around it are boundaries
+                _probes().mark_boundary("extend")
             return original(self, *args, **kwargs)
         probes = _probes()
         if _S.missing is None:

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = [
-    "enabled", "cycle_begin", "phase_begin", "phase_end", "cycle_end", "record_accept",
+    "enabled", "cycle_begin", "phase_begin", "phase_end", "cycle_end", "record_accept", "mark_boundary",
     "set_spec_config", "flush", "reset", "trace", "windows", "settings",
 ]
 
@@ -140,6 +140,19 @@ def cycle_end() -> None:
     if p is None:
         return
     p.cycle_end()
+
+
+def mark_boundary(reason: str = "extend") -> None:
+    """A non-decode forward (prefill, the draft's extend) of the speculative worker starts now.
+
+    Called on the non-decode path of forward_batch_generation by both routes. It marks the open
+    decode cycle (whose "other" will hold this forward) and the next one (the first decode of
+    the request it admitted) as boundary cycles: steady figures leave both out.
+    """
+    p = _P
+    if p is None:
+        return
+    p.mark_boundary(reason)
 
 
 def record_accept(per_req: Iterable[int], *, bonus_included: bool) -> None:
