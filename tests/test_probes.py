@@ -82,7 +82,7 @@ def test_disabled_path_never_imports_torch_subprocess():
         "for _ in range(1000):\n"
         "    probes.cycle_begin(); probes.phase_begin('draft'); probes.phase_end('draft')\n"
         "    probes.record_accept([1, 2], bonus_included=False); probes.cycle_end()\n"
-        "probes.set_spec_config(steps=5); probes.flush()\n"
+        "probes.set_spec_config(steps=5); probes.mark_boundary('extend'); probes.flush()\n"
         "assert not probes.enabled() and probes.trace == [] and len(probes.windows) == 0\n"
         "assert 'torch' not in sys.modules, 'disabled probes imported torch'\n"
         "print('ok')\n"

@@ -1,0 +1,173 @@
+"""Steady vs boundary cycles (issue 15): recorded cycle sequences through the real Profiler.
+
+Only the GPU is faked: ``timers.FakeEventTimer`` with a scripted clock stands in for CUDA events
+(as in test_probes.py). The sequences are what a server does around request starts and ends:
+a prefill between two decode cycles, a batch that grows (with the overlap scheduler's late
+counts), an idle gap, a request leaving.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sglang_eagle3_ext import probes, profile_log
+from sglang_eagle3_ext.probes import _profiler, timers
+from sglang_eagle3_ext.probes.window import BATCH, EXTEND, IDLE, JOIN, LEAVE, classify
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def ms(self, d: float) -> None:
+        self.t += d / 1000.0
+
+
+@pytest.fixture(autouse=True)
+def _clean_probes():
+    yield
+    probes.reset(environ={})
+
+
+def play(tmp_path, events, *, late: bool = False, monkeypatch=None, **env: str) -> dict:
+    """Run ``events`` and return the one window record. Events: ("decode", per_req[, verify_ms]),
+    ("prefill", ms) = a non-decode forward (mark_boundary, then its time), ("gap", ms)."""
+    clock = Clock()
+    environ = {"EAGLE3_PROFILE": "1", "EAGLE3_PROFILE_EVERY": "1000",
+               "EAGLE3_PROFILE_OUT": str(tmp_path / "prof.jsonl"), "EAGLE3_PROFILE_SPEC": "3,1,4", **env}
+    probes.reset(environ=environ, backend=timers.FakeEventTimer(clock))
+    if monkeypatch is not None:  # idle gaps are judged on host time: script it too
+        monkeypatch.setattr(_profiler, "perf_counter", clock)
+    pending = None
+    for ev in events:
+        if ev[0] == "prefill":
+            probes.mark_boundary("extend")
+            clock.ms(ev[1])
+        elif ev[0] == "gap":
+            clock.ms(ev[1])
+        else:
+            per_req, verify = ev[1], (ev[2] if len(ev) > 2 else 28.0)
+            probes.cycle_begin()
+            if late and pending is not None:
+                probes.record_accept(pending, bonus_included=False)
+            for name, ms in (("draft", 2.0), ("verify", verify), ("extend", 1.0)):
+                probes.phase_begin(name)
+                clock.ms(ms)
+                probes.phase_end(name)
+            if late:
+                pending = per_req
+            else:
+                probes.record_accept(per_req, bonus_included=False)
+            probes.cycle_end()
+            clock.ms(0.5)
+    probes.cycle_begin()  # closes the last cycle
+    rec = probes.flush()
+    assert rec is not None and len(probes.windows) == 1
+    return rec
+
+
+def test_request_starts_are_boundaries_and_steady_is_what_the_client_sees(tmp_path, capsys):
+    """The issue's shape: concurrency 1, two requests back to back, each started by a 20 ms
+    prefill. The prefill lands in the "other" of the cycle before it; the first decode of each
+    request follows a join. Steady = every other cycle: its rate is the decode rate."""
+    req = [("decode", [3])] * 10
+    rec = play(tmp_path, [("prefill", 20.0), *req, ("prefill", 20.0), *req])
+    assert rec["schema"] == "eagle3_prof/2" and rec["cycles"] == 20
+    assert rec["phases"]["cycle"]["mean_ms"] == 32.5  # all cycles: (20 x 31.5 + 20) / 20
+    st, bd = rec["steady"], rec["boundary"]
+    assert (st["cycles"], st["requests"], st["tokens"], st["accept_len"]) == (17, 17, 68, 4.0)
+    assert st["phases"]["cycle"] == {"mean_ms": 31.5, "p50_ms": 31.5, "p90_ms": 31.5}
+    assert st["phases"]["other"]["mean_ms"] == 0.5
+    assert st["eff_tok_s"] == round(4.0 * 1000 / 31.5, 2)
+    assert bd["cycles"] == 3 and bd["reasons"] == {"join": 2, "leave": 0, "extend": 1,
+                                                   "batch_change": 0, "idle": 0}
+    assert bd["extra_ms"] == 20.0 and bd["extra_by_phase"] == {"draft": 0.0, "verify": 0.0,
+                                                               "extend": 0.0, "other": 20.0}
+    assert bd["joins"] == 2 and bd["extra_ms_per_join"] == 10.0
+    assert list(rec["by_batch"]) == ["1"] and rec["by_batch"]["1"]["cycles"] == 17
+    assert rec["by_batch"]["1"]["throughput_tok_s"] == round(68 * 1000 / (17 * 31.5), 2)
+    # the block says which cycles its numbers are made of
+    err = capsys.readouterr().err
+    assert "  Cycles:          20 = 17 steady + 3 boundary (join 2, extend 1)" in err
+    assert "  Steady:          31.50 ms/cyc (p50 31.50; draft 2.00, verify 28.00, extend 1.00, other 0.50), " \
+           "accept len 4.00, eff tok/s 127.0" in err
+    assert "  Boundary cost:   +20.00 ms over steady p50, 2 joins, 10.00 ms/join" in err
+    # JSONL and block round trips give the same steady figures
+    log = tmp_path / "server.log"
+    log.write_text(err)
+    for run in (profile_log.load(tmp_path / "prof.jsonl"), profile_log.load(log)):
+        s = profile_log.summarize(run)
+        assert s["basis"] == "steady" and s["phases"]["cycle"]["mean_ms"] == 31.5
+        assert s["accept_len"] == 4.0 and s["eff_tok_s"] == round(4000 / 31.5, 2)
+        assert s["all_cycles"]["phases"]["cycle"]["mean_ms"] == 32.5
+        assert s["boundary"]["extra_ms"] == 20.0 and s["boundary"]["joins"] == 2
+
+
+def test_batch_growth_with_late_counts_marks_both_sides(tmp_path, capsys):
+    """Overlap scheduler: counts arrive a cycle late, so the size change shows a cycle late;
+    both cycles around it are boundaries, and by_batch splits the steady cycles by size."""
+    one = [("decode", [3])] * 5
+    two = [("decode", [3, 3], 30.0)] * 5
+    rec = play(tmp_path, [("prefill", 5.0), *one, ("prefill", 5.0), *two], late=True)
+    sizes, bits, last = classify([JOIN, 0, 0, 0, EXTEND, JOIN, 0, 0, 0, 0], [0, 1, 1, 1, 1, 1, 2, 2, 2, 2], None)
+    assert sizes == [None, 1, 1, 1, 1, 1, 2, 2, 2, 2] and last == 2
+    assert bits[5] == JOIN | BATCH and bits[6] == JOIN | BATCH
+    assert rec["boundary"]["reasons"] == {"join": 3, "leave": 0, "extend": 1, "batch_change": 2, "idle": 0}
+    by = rec["by_batch"]
+    assert sorted(by) == ["1", "2"]
+    assert (by["1"]["cycles"], by["1"]["requests"], by["1"]["accept_len"]) == (3, 3, 4.0)
+    assert (by["2"]["cycles"], by["2"]["requests"], by["2"]["tokens"]) == (3, 6, 24)
+    assert by["2"]["phases"]["cycle"]["mean_ms"] == 33.5
+    assert by["2"]["per_stream_tok_s"] == round(4000 / 33.5, 2)
+    assert by["2"]["throughput_tok_s"] == round(24 * 1000 / (3 * 33.5), 2)
+    s = profile_log.by_batch_summary([rec])
+    assert s[2]["throughput_tok_s"] == by["2"]["throughput_tok_s"] and s[1]["cycles"] == 3
+
+
+def test_idle_gap_and_a_request_leaving(tmp_path, capsys, monkeypatch):
+    rec = play(tmp_path, [*[("decode", [2, 2])] * 5, ("gap", 500.0), *[("decode", [2])] * 5],
+               monkeypatch=monkeypatch)
+    bd = rec["boundary"]
+    # cycle 4 ends in the gap, cycle 5 follows it; the size drop 2 -> 1 also marks 4 and 5
+    assert bd["cycles"] == 2 and bd["reasons"]["idle"] == 2 and bd["reasons"]["leave"] == 2
+    assert rec["steady"]["cycles"] == 8 and sorted(rec["by_batch"]) == ["1", "2"]
+    assert rec["steady"]["phases"]["cycle"]["mean_ms"] == 31.5 and bd["extra_ms"] == 0.0
+    assert bd["joins"] == 0 and bd["extra_ms_per_join"] is None
+    _, bits, _ = classify([0, 0, 0], [2, 0, 1], None)  # a cycle with no count keeps the size before
+    assert bits == [0, BATCH | LEAVE, BATCH | LEAVE]
+    assert classify([IDLE], [1], 2)[1] == [IDLE | BATCH | LEAVE]  # across a window: this side only
+
+
+def test_every_cycle_a_boundary_falls_back_to_all_cycles(tmp_path, capsys):
+    rec = play(tmp_path, [("prefill", 1.0), ("decode", [1]), ("prefill", 1.0), ("decode", [1])])
+    assert rec["steady"]["cycles"] == 0 and rec["steady"]["phases"] is None
+    assert rec["boundary"]["extra_ms"] is None
+    assert "Steady:          none" in capsys.readouterr().err
+    s = profile_log.summarize(profile_log.load(tmp_path / "prof.jsonl"))
+    assert s["basis"] == "all" and any("no steady cycle" in n for n in s["notes"])
+
+
+def test_v1_records_are_read_as_unclassified(tmp_path):
+    v1 = json.loads((profile_log.Path(__file__).parent / "data/profile/synthetic_k5.jsonl").read_text().splitlines()[1])
+    assert v1["schema"] == "eagle3_prof/1"
+    assert profile_log.steady_summary([v1]) is None and profile_log.by_batch_summary([v1]) == {}
+    assert profile_log.boundary_summary([v1]) is None
+
+
+def test_steady_summary_weights_windows_by_cycles():
+    def rec(cycles: int, ms: float, p50: float) -> dict:
+        ph = {p: {"mean_ms": 0.0, "p50_ms": 0.0, "p90_ms": 0.0} for p in ("draft", "verify", "extend", "other")}
+        ph["cycle"] = {"mean_ms": ms, "p50_ms": p50, "p90_ms": p50}
+        return {"steady": {"cycles": cycles, "requests": cycles, "accepted_drafts": cycles, "tokens": 2 * cycles,
+                           "accept_len": 2.0, "phases": ph, "eff_tok_s": None}}
+
+    s = profile_log.steady_summary([rec(90, 6.0, 6.0), rec(10, 16.0, 15.0)])
+    assert s["cycles"] == 100 and s["accept_len"] == 2.0
+    assert s["phases"]["cycle"]["mean_ms"] == 7.0  # (90 x 6 + 10 x 16) / 100
+    assert s["phases"]["cycle"]["p50_ms"] == 6.0  # cycle-weighted median of window p50s
+    assert s["eff_tok_s"] == round(2000 / 7.0, 2)
