@@ -518,3 +518,67 @@ def summarize(run: ProfileRun, *, all_windows: bool = False) -> dict[str, Any]:
         "by_batch": {str(k): v for k, v in by_batch_summary(recs).items()},
         "notes": notes,
     }
+
+
+def read_client(path: str | Path) -> dict[str, Any]:
+    """The client's decode rate and accept length from a result file of the same run:
+    our ``bench`` document (``eagle3_bench/1``: per-request decode tok/s, accept length from the
+    server's counters) or SGLang ``bench_serving`` output (a JSON object or JSONL of them, the
+    last line counts: decode tok/s = 1000 / median TPOT, the TPOT excluding the first token)."""
+    from .bench import SCHEMA as BENCH_SCHEMA
+
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read ({exc.strerror or exc})", exit_code=2) from None
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    doc: Any = None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        try:
+            doc = json.loads(lines[-1]) if lines else None
+        except json.JSONDecodeError:
+            doc = None
+    if not isinstance(doc, dict):
+        raise UserError(f"{path}: not a bench result or a bench_serving JSON(L) result", exit_code=2)
+    if doc.get("schema") == BENCH_SCHEMA:
+        s = doc.get("summary") or {}
+        dec = (s.get("decode_tok_s") or {})
+        return {"file": str(path), "kind": "sgl-eagle3 bench", "decode_tok_s": dec.get("avg"),
+                "decode_def": "per-request decode tok/s (first token excluded), mean over runs",
+                "accept_len": s.get("accept_length"),
+                "concurrency": (doc.get("params") or {}).get("concurrency")}
+    tpot = doc.get("median_tpot_ms")
+    if tpot is None and doc.get("mean_tpot_ms") is None:
+        raise UserError(f"{path}: not a bench result (schema {BENCH_SCHEMA!r}) and no median_tpot_ms / "
+                        "mean_tpot_ms (SGLang bench_serving --output-file)", exit_code=2)
+    which = "median_tpot_ms" if tpot else "mean_tpot_ms"
+    tpot = doc.get(which)
+    al = doc.get("accept_length")
+    if al is None:
+        al = doc.get("spec_accept_length")
+    return {"file": str(path), "kind": "SGLang bench_serving",
+            "decode_tok_s": round(1000.0 / tpot, 2) if tpot else None,
+            "decode_def": f"1000 / {which} ({tpot:.3f} ms)" if tpot else which,
+            "accept_len": al or None,
+            "concurrency": doc.get("max_concurrency") or doc.get("concurrency")}
+
+
+def agreement(summary: dict[str, Any], client: dict[str, Any]) -> dict[str, Any]:
+    """Profile vs client, side by side: decode tok/s (per stream) and accept length, with the
+    difference of the profile's figure from the client's in %."""
+    def diff(ours: float | None, theirs: float | None) -> float | None:
+        return round((ours / theirs - 1.0) * 100.0, 2) if (ours and theirs) else None
+
+    ours_tps = summary.get("eff_tok_s")
+    ours_al = summary.get("accept_len")
+    return {"client": client, "basis": summary.get("basis"),
+            "decode_tok_s": {"profile": ours_tps, "client": client["decode_tok_s"],
+                             "diff_pct": diff(ours_tps, client["decode_tok_s"])},
+            "accept_len": {"profile": ours_al, "client": client["accept_len"],
+                           "diff_pct": diff(ours_al, client["accept_len"])},
+            "all_cycles_decode_tok_s": {"profile": (summary.get("all_cycles") or {}).get("eff_tok_s"),
+                                        "diff_pct": diff((summary.get("all_cycles") or {}).get("eff_tok_s"),
+                                                         client["decode_tok_s"])}}

@@ -171,3 +171,137 @@ def test_steady_summary_weights_windows_by_cycles():
     assert s["phases"]["cycle"]["mean_ms"] == 7.0  # (90 x 6 + 10 x 16) / 100
     assert s["phases"]["cycle"]["p50_ms"] == 6.0  # cycle-weighted median of window p50s
     assert s["eff_tok_s"] == round(2000 / 7.0, 2)
+
+
+# --- the issue's run, end to end through the CLI -------------------------------------------------
+
+REPO = profile_log.Path(__file__).resolve().parent.parent
+
+
+def issue15_run(tmp_path, monkeypatch) -> profile_log.Path:
+    """10 requests back to back at concurrency 1, 32 cycles each, 3 steps always right (accept
+    length 4.00); steady cycle 6.01 ms; a 35 ms prefill between requests lands in the "other" of
+    the previous request's last cycle (the H200 shape of issue 15, scaled)."""
+    clock = Clock()
+    out = tmp_path / "issue15.jsonl"
+    probes.reset(environ={"EAGLE3_PROFILE": "1", "EAGLE3_PROFILE_EVERY": "100", "EAGLE3_PROFILE_OUT": str(out),
+                          "EAGLE3_PROFILE_SPEC": "3,1,4"}, backend=timers.FakeEventTimer(clock))
+    monkeypatch.setattr(_profiler, "perf_counter", clock)
+    for _ in range(10):
+        probes.mark_boundary("extend")
+        clock.ms(35.0)
+        for _ in range(32):
+            probes.cycle_begin()
+            for name, ms in (("draft", 1.2), ("verify", 4.0), ("extend", 0.5)):
+                probes.phase_begin(name)
+                clock.ms(ms)
+                probes.phase_end(name)
+            probes.record_accept([3], bonus_included=False)
+            probes.cycle_end()
+            clock.ms(0.31)
+    probes.cycle_begin()
+    probes.flush()
+    probes.reset(environ={})
+    return out
+
+
+def test_profile_shows_steady_table_boundaries_and_predicts_from_steady(tmp_path, monkeypatch, capsys):
+    from sglang_eagle3_ext import analysis, cli
+
+    f = issue15_run(tmp_path, monkeypatch)
+    s = profile_log.summarize(profile_log.load(f))
+    assert s["windows"] == 3 and s["basis"] == "steady"  # window 1 (warm-up) left out
+    assert s["phases"]["cycle"]["mean_ms"] == pytest.approx(6.01)
+    assert s["eff_tok_s"] == round(4000 / 6.01, 2) == 665.56
+    assert s["all_cycles"]["phases"]["cycle"]["mean_ms"] > 6.9  # the request starts averaged in
+    b = s["boundary"]
+    assert b["joins"] == 6 and b["extra_ms_per_join"] == pytest.approx(35.0, abs=0.01)
+    assert s["by_batch"]["1"]["per_stream_tok_s"] == 665.56
+    # prediction and break-even read the steady cycle
+    rows = {p.steps: p for p in analysis.predict_from_run(s, 1000 / 500)}
+    assert rows[3].cycle_ms == pytest.approx(6.01) and rows[3].kind == "measured"
+    raw = json.loads(f.read_text().splitlines()[1])
+    assert analysis.cost_basis(raw)[1] == "steady"
+    assert analysis.predict_from_run(raw)[-1].cycle_ms == pytest.approx(6.01)
+    assert analysis.cost_basis({"phases": raw["phases"]})[1] == "all"
+
+    rc = cli.main(["profile", str(f), "--baseline-tps", "500"])
+    outp = capsys.readouterr().out
+    assert rc == 0
+    for text in ("steady state", "steady cycles", "665.6", "Request boundaries", "ms per join",
+                 "extend 6", "other 210.0", "Steady cycles by batch size", "Break-even accept len @ 500 tok/s",
+                 "3.00"):  # 6.01 ms x 500 tok/s / 1000 = 3.005
+        assert text in outp, text
+
+
+def test_profile_bench_side_by_side_with_our_bench_and_bench_serving(tmp_path, monkeypatch, capsys):
+    from sglang_eagle3_ext import cli
+
+    f = issue15_run(tmp_path, monkeypatch)
+    ours = tmp_path / "bench.json"
+    ours.write_text(json.dumps({"schema": "eagle3_bench/1", "params": {"concurrency": 1},
+                                "summary": {"decode_tok_s": {"avg": 664.0, "median": 664.2},
+                                            "accept_length": 4.0}}))
+    rc = cli.main(["profile", str(f), "--bench", str(ours), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    a = doc["agreement"][str(f)]
+    assert a["decode_tok_s"] == {"profile": 665.56, "client": 664.0, "diff_pct": round((665.56 / 664 - 1) * 100, 2)}
+    assert abs(a["decode_tok_s"]["diff_pct"]) < 0.5 and a["accept_len"]["diff_pct"] == 0.0
+    assert a["all_cycles_decode_tok_s"]["diff_pct"] < -10  # the old reading: off by the request starts
+
+    # SGLang bench_serving --output-file: JSONL, the last line counts; 1000 / median TPOT
+    serving = tmp_path / "serving.jsonl"
+    line = {"backend": "sglang", "max_concurrency": 1, "median_tpot_ms": 1.5, "mean_tpot_ms": 1.52,
+            "accept_length": 3.98, "output_throughput": 650.0}
+    serving.write_text(json.dumps({**line, "median_tpot_ms": 9.9}) + "\n" + json.dumps(line) + "\n")
+    rc = cli.main(["profile", str(f), "--bench", str(serving)])
+    outp = capsys.readouterr().out
+    assert rc == 0
+    for text in ("Profile vs client (SGLang bench_serving", "666.7", "665.6", "-0.2%", "3.980",
+                 "+0.5%", "1000 / median_tpot_ms (1.500 ms)"):
+        assert text in outp, text
+
+
+@pytest.mark.parametrize("content,expect", [
+    ('{"schema": "eagle3_bench/9"}', "no median_tpot_ms / mean_tpot_ms"),
+    ("not json at all\n", "not a bench result or a bench_serving JSON(L) result"),
+])
+def test_profile_bench_bad_file_is_one_line(tmp_path, monkeypatch, capsys, content, expect):
+    from sglang_eagle3_ext import cli
+
+    f = issue15_run(tmp_path, monkeypatch)
+    capsys.readouterr()
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    assert cli.main(["profile", str(f), "--bench", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and expect in err[0]
+
+
+def test_bench_serving_imports_with_the_datasets_standin():
+    """`python -m sglang.bench_serving --help` in the real SGLang of the venv, with HF datasets
+    absent: the stand-in in tools/gpu/standins makes the import chain complete."""
+    import importlib.util
+    import os
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("datasets") is not None:
+        pytest.skip("the real datasets package is installed")
+    if importlib.util.find_spec("sglang") is None:
+        pytest.skip("SGLang not installed")
+    env = dict(os.environ)
+    shims = [str(REPO / "tools/gpu/standins")]
+    probe = subprocess.run([sys.executable, "-c", "import torchvision.transforms"], capture_output=True,
+                           timeout=120, cwd=REPO)
+    if probe.returncode != 0:  # CPU torch: SGLang's import chain needs the test shim
+        shims.append(str(REPO / "tests/shims/torchvision_stub"))
+    base = [sys.executable, "-m", "sglang.bench_serving", "--help"]
+    without = subprocess.run(base, capture_output=True, text=True, timeout=300, cwd=REPO,
+                             env={**env, "PYTHONPATH": os.pathsep.join([*shims[1:], env.get("PYTHONPATH", "")])})
+    assert without.returncode != 0 and "No module named 'datasets'" in without.stderr
+    r = subprocess.run(base, capture_output=True, text=True, timeout=300, cwd=REPO,
+                       env={**env, "PYTHONPATH": os.pathsep.join([*shims, env.get("PYTHONPATH", "")])})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "--output-file" in r.stdout and "--dataset-name" in r.stdout
