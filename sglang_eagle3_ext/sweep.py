@@ -364,6 +364,8 @@ def _stop(srv: Any) -> None:
 
 
 def _cycle_ms(rec: dict[str, Any]) -> float | None:
+    """The profile summary's mean cycle: steady-state cycles when the records have the split
+    (profile_log.summarize basis "steady"), else all cycles (said in the analysis notes)."""
     p = rec.get("profile") or {}
     return ((p.get("phases") or {}).get("cycle") or {}).get("mean_ms")
 
@@ -403,6 +405,10 @@ def analyse(doc: dict[str, Any]) -> dict[str, Any]:
         if _cycle_ms(r) is not None and r["topk"] == 1:
             fams.setdefault((r["nccl"], r["custom_all_reduce"]), []).append(r)
     fam = max(fams.values(), key=len) if fams else []
+    unsplit = [r["name"] for r in fam if (r.get("profile") or {}).get("basis", "all") != "steady"]
+    if unsplit:
+        notes.append(f"cycle times of {', '.join(unsplit)} are over all cycles (no steady split in "
+                     "their probe records), request starts included")
     if len({r["steps"] for r in fam}) >= 2:
         model = analysis.fit_cost_model([(r["steps"], _cycle_ms(r)) for r in fam])
         result["cost_model"] = model.to_dict() | {"family": fam[0]["name"].split(" ", 4)[-1].strip()}

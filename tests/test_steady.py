@@ -305,3 +305,32 @@ def test_bench_serving_imports_with_the_datasets_standin():
                        env={**env, "PYTHONPATH": os.pathsep.join([*shims, env.get("PYTHONPATH", "")])})
     assert r.returncode == 0, r.stderr[-2000:]
     assert "--output-file" in r.stdout and "--dataset-name" in r.stdout
+
+
+def test_sweep_cost_model_reads_steady_cycles(tmp_path, monkeypatch):
+    """sweep.analyse fits cycle ms vs steps on the profile summaries: steady cycles when the
+    records carry the split, all cycles otherwise (and it says so)."""
+    from sglang_eagle3_ext import sweep
+
+    summary = profile_log.summarize(profile_log.load(issue15_run(tmp_path, monkeypatch)))
+
+    def cfg(name, steps, baseline=False, profile=None, tps=600.0):
+        return {"name": name, "status": "ok", "baseline": baseline, "steps": steps, "topk": 1,
+                "nccl": None, "custom_all_reduce": None, "profile": profile,
+                "bench": {"summary": {"decode_tok_s": {"avg": tps}, "accept_length": None if baseline else 4.0}}}
+
+    def at(steps: int, ms: float, basis: str = "steady") -> dict:
+        p = json.loads(json.dumps(summary))
+        p["phases"]["cycle"]["mean_ms"] = ms
+        p["basis"] = basis
+        return p
+
+    doc = {"configs": [cfg("no-spec", None, baseline=True, tps=500.0),
+                       cfg("k3", 3, profile=summary), cfg("k1", 1, profile=at(1, 4.01))]}
+    res = sweep.analyse(doc)
+    k3 = next(r for r in res["break_even"] if r["name"] == "k3")
+    assert k3["cycle_ms"] == pytest.approx(6.01) and k3["break_even"] == pytest.approx(6.01 * 500 / 1000)
+    assert res["cost_model"]["cd"] == pytest.approx(1.0) and res["cost_model"]["c0"] == pytest.approx(3.01)
+    assert not any("over all cycles" in n for n in res["notes"])
+    doc["configs"][2]["profile"] = at(1, 4.01, basis="all")
+    assert any("cycle times of k1 are over all cycles" in n for n in sweep.analyse(doc)["notes"])
