@@ -231,6 +231,14 @@ class _Planner:
                              f"{tgt} (patch {patch.name})")
         if len(located) != len(patch.anchors) or len(self.res.errors) > self.n_errors:
             return
+        other = self._other_branch
+        if isinstance(other, cst.IndentedBlock) and other.body:
+            # the prefill / extend path: tells the probes the decode cycles around it are boundaries
+            self.add(self.before, other.body[0], guarded(a, f'{a}.mark_boundary("extend")'), patch,
+                     "mark_boundary (non-decode branch)")
+        else:
+            self.res.notes.append(f"{self.relpath}: {where}: no non-decode branch to mark "
+                                  f"(patch {patch.name}); boundaries come from batch size and gaps only")
         self.add(self.before, branch.body[0], guarded(a, f"{a}.cycle_begin()"), patch, "cycle_begin")
         for anc in patch.anchors:
             stmt = located[anc.phase][0]
@@ -244,14 +252,6 @@ class _Planner:
                     a, f"{a}.record_accept({tgt}.{accept_field}, bonus_included=False)"),
                     patch, f"record_accept {tgt}.{accept_field} (drafts, bonus excluded)")
         self.add(self.before, rets[0], guarded(a, f"{a}.cycle_end()"), patch, "cycle_end")
-        other = self._other_branch
-        if isinstance(other, cst.IndentedBlock) and other.body:
-            # the prefill / extend path: tells the probes the decode cycles around it are boundaries
-            self.add(self.before, other.body[0], guarded(a, f'{a}.mark_boundary("extend")'), patch,
-                     "mark_boundary (non-decode branch)")
-        else:
-            self.res.notes.append(f"{self.relpath}: {where}: no non-decode branch to mark "
-                                  f"(patch {patch.name}); boundaries come from batch size and gaps only")
 
     def _decode_branch(self, fn: cst.FunctionDef, patch: Patch, where: str) -> cst.IndentedBlock | None:
         found: list[tuple[str, cst.IndentedBlock]] = []
