@@ -479,6 +479,7 @@ def summarize(run: ProfileRun, *, all_windows: bool = False) -> dict[str, Any]:
         spent = sum(r["probe_read_ms"] + r.get("probe_wait_ms", 0.0) for r in recs)
         probe_us = round(1000.0 * spent / sum(r["cycles"] for r in recs), 2)
     modes = sorted({str(r.get("mode")) for r in recs})
+    ranks = sorted({r["rank"] for r in recs if isinstance(r.get("rank"), int)})
     steady = steady_summary(recs)
     all_cycles = {"cycles": sum(c for c in cycles if c) if all(cycles) else None, "phases": phases,
                   "accept_len": round(accept_len, 4) if accept_len is not None else None,
@@ -511,6 +512,7 @@ def summarize(run: ProfileRun, *, all_windows: bool = False) -> dict[str, Any]:
         "route": next((r.get("route") for r in reversed(recs) if r.get("route")), None),
         "legacy": any("legacy" in r for r in recs),
         "probe_read_us_per_cycle": probe_us,
+        "rank": ranks[0] if len(ranks) == 1 else None,
         "basis": basis,  # what phases / accept_len / eff_tok_s above are made of
         "all_cycles": all_cycles,
         "steady": steady,
@@ -582,3 +584,42 @@ def agreement(summary: dict[str, Any], client: dict[str, Any]) -> dict[str, Any]
             "all_cycles_decode_tok_s": {"profile": (summary.get("all_cycles") or {}).get("eff_tok_s"),
                                         "diff_pct": diff((summary.get("all_cycles") or {}).get("eff_tok_s"),
                                                          client["decode_tok_s"])}}
+
+
+_RANK_SUFFIX = re.compile(r"^(?P<base>.+)\.rank(?P<rank>\d+)$")
+
+
+def rank_base(path: str | Path) -> tuple[str, int | None]:
+    """(``EAGLE3_PROFILE_OUT`` path, rank) of a per-rank stream ``<out>.rank<N>``; (path, None) else."""
+    m = _RANK_SUFFIX.match(str(path))
+    return (m["base"], int(m["rank"])) if m else (str(path), None)
+
+
+def rank_siblings(path: str | Path) -> list[Path]:
+    """The other TP ranks' streams written beside ``path`` (``<path>.rank<N>``), by rank."""
+    p = Path(rank_base(path)[0])
+    found = [(rank_base(q)[1], q) for q in p.parent.glob(p.name + ".rank*")]
+    return [q for r, q in sorted((r, q) for r, q in found if r is not None)]
+
+
+def rank_spread(summaries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-rank spread of each phase (p50 where the summaries have it, else mean) over the TP
+    ranks of one run, and the slowest rank (highest cycle time). ``summaries``: one
+    ``summarize`` result per rank stream, each with its ``rank``."""
+    ranked = sorted((s for s in summaries if s.get("rank") is not None), key=lambda s: s["rank"])
+    if len(ranked) < 2:
+        return {}
+    stat = "p50_ms" if all(s["phases"][CYCLE].get("p50_ms") is not None for s in ranked) else "mean_ms"
+    phases: dict[str, Any] = {}
+    for p in (*PHASES, CYCLE):
+        by = {s["rank"]: s["phases"][p].get(stat) for s in ranked if s["phases"][p].get(stat) is not None}
+        if not by:
+            continue
+        lo, hi = min(by.values()), max(by.values())
+        phases[p] = {"by_rank": {str(r): v for r, v in by.items()}, "min_ms": lo, "max_ms": hi,
+                     "spread_ms": round(hi - lo, 4), "spread_pct": round((hi / lo - 1) * 100, 2) if lo else None,
+                     "slowest_rank": max(by, key=lambda r: by[r])}
+    cyc = phases.get(CYCLE)
+    return {"stat": stat, "ranks": [s["rank"] for s in ranked], "phases": phases,
+            "slowest_rank": cyc["slowest_rank"] if cyc else None,
+            "basis": "+".join(sorted({str(s.get("basis")) for s in ranked}))}

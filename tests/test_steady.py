@@ -334,3 +334,34 @@ def test_sweep_cost_model_reads_steady_cycles(tmp_path, monkeypatch):
     assert not any("over all cycles" in n for n in res["notes"])
     doc["configs"][2]["profile"] = at(1, 4.01, basis="all")
     assert any("cycle times of k1 are over all cycles" in n for n in sweep.analyse(doc)["notes"])
+
+
+def test_per_rank_streams_and_the_slowest_rank(tmp_path, monkeypatch, capsys):
+    """Three TP ranks of one run, each its own stream (rank 2's verify 0.4 ms slower): `profile`
+    given the rank-0 file finds the .rankN siblings, shows each phase per rank and names rank 2."""
+    from sglang_eagle3_ext import cli
+
+    out = tmp_path / "prof.jsonl"
+    for rank, verify in ((0, 28.0), (1, 28.1), (2, 28.4)):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "3")
+        play(tmp_path, [("prefill", 5.0), *[("decode", [2], verify)] * 12], EAGLE3_PROFILE_OUT=str(out))
+    assert sorted(p.name for p in tmp_path.glob("prof.jsonl*")) == ["prof.jsonl", "prof.jsonl.rank1",
+                                                                     "prof.jsonl.rank2"]
+    assert [p.name for p in profile_log.rank_siblings(out)] == ["prof.jsonl.rank1", "prof.jsonl.rank2"]
+    assert profile_log.rank_base(tmp_path / "prof.jsonl.rank2") == (str(out), 2)
+    capsys.readouterr()
+    # the rank-0 file alone, or the three named: one column in the main table, one rank table
+    for argv in ([str(out)], [str(out), str(out) + ".rank1", str(out) + ".rank2"]):
+        assert cli.main(["profile", *argv, "--json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert [f["file"] for f in doc["files"]] == [str(out)] and doc["files"][0]["rank"] == 0
+        spread = doc["ranks"][str(out)]
+        assert spread["ranks"] == [0, 1, 2] and spread["slowest_rank"] == 2 and spread["stat"] == "p50_ms"
+        v = spread["phases"]["verify"]
+        assert v["by_rank"] == {"0": 28.0, "1": 28.1, "2": 28.4} and v["spread_ms"] == pytest.approx(0.4)
+        assert spread["phases"]["draft"]["spread_ms"] == 0.0
+    assert cli.main(["profile", str(out) + ".rank1"]) == 0  # a rank file finds its siblings too
+    text = capsys.readouterr().out
+    for t in ("Per-rank phase p50 (steady cycles)", "rank 2", "28.40", "1.4%)", "slowest rank: 2"):
+        assert t in text, text

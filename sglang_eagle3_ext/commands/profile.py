@@ -25,7 +25,8 @@ _MAX_NOTES = 4
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("files", nargs="+", metavar="FILE",
-                   help="eagle3_prof/1 JSONL (EAGLE3_PROFILE_OUT) or a server log with EAGLE3_PROF blocks")
+                   help="eagle3_prof JSONL (EAGLE3_PROFILE_OUT; its .rankN siblings are found too) "
+                        "or a server log with EAGLE3_PROF blocks")
     p.add_argument("--baseline-tps", type=float, metavar="X",
                    help="no-spec decode tok/s of the same server: adds break-even accept length and margin")
     p.add_argument("--baseline-step-ms", type=float, metavar="MS",
@@ -174,6 +175,41 @@ def _agreement_table(s: dict[str, Any], a: dict[str, Any]):
     return t
 
 
+def _rank_groups(files: list[str]) -> list[list[str]]:
+    """Files of one run's TP ranks together: every FILE plus its ``.rankN`` siblings, grouped by
+    the EAGLE3_PROFILE_OUT path they share; rank 0 (the path itself) first."""
+    groups: dict[str, list[str]] = {}
+    for f in files:
+        base, _ = profile_log.rank_base(f)
+        g = groups.setdefault(base, [])
+        rank0 = [base] if Path(base).is_file() else []
+        for q in [*rank0, f, *map(str, profile_log.rank_siblings(f))]:
+            if q not in g:
+                g.append(q)
+    return [sorted(g, key=lambda q: (profile_log.rank_base(q)[1] or 0, q)) for g in groups.values()]
+
+
+def _rank_table(base: str, spread: dict[str, Any]):
+    from rich.table import Table
+
+    stat = "p50" if spread["stat"] == "p50_ms" else "mean"
+    t = Table(title=f"Per-rank phase {stat} ({spread['basis']} cycles): {Path(base).name} and its .rankN streams")
+    t.add_column("phase", no_wrap=True)
+    for r in spread["ranks"]:
+        t.add_column(f"rank {r}", justify="right")
+    t.add_column("spread", justify="right")
+    t.add_column("slowest", justify="right")
+    for key, label in (*_LABELS, ("cycle", "TOTAL cycle")):
+        ph = spread["phases"].get(key)
+        if not ph:
+            continue
+        t.add_row(label, *[_fmt(ph["by_rank"].get(str(r))) for r in spread["ranks"]],
+                  f"{ph['spread_ms']:.2f} ms" + ("" if ph["spread_pct"] is None else f" ({ph['spread_pct']:.1f}%)"),
+                  f"rank {ph['slowest_rank']}" if ph["spread_ms"] > 0 else "-")
+    t.caption = f"slowest rank: {spread['slowest_rank']} (highest cycle {stat})"
+    return t
+
+
 def _predict_table(s: dict[str, Any], preds: list[analysis.Prediction]):
     from rich.table import Table
 
@@ -197,8 +233,14 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--baseline-tps must be positive (got {args.baseline_tps:g})", exit_code=2)
     if args.baseline_step_ms is not None and args.baseline_step_ms <= 0:
         raise UserError(f"--baseline-step-ms must be positive (got {args.baseline_step_ms:g})", exit_code=2)
-    summaries = [_with_baseline(profile_log.summarize(profile_log.load(f), all_windows=args.all_windows), args.baseline_tps)
-                 for f in args.files]
+    summaries = []
+    ranks: dict[str, Any] = {}
+    for group in _rank_groups(args.files):
+        per = [profile_log.summarize(profile_log.load(f), all_windows=args.all_windows) for f in group]
+        summaries.append(_with_baseline(per[0], args.baseline_tps))  # the table shows rank 0's stream
+        spread = profile_log.rank_spread(per)
+        if spread:
+            ranks[profile_log.rank_base(group[0])[0]] = spread
     step_ms = args.baseline_step_ms or (1000.0 / args.baseline_tps if args.baseline_tps else None)
     predictions: dict[str, Any] = {}
     if args.predict:
@@ -223,6 +265,7 @@ def run(args: argparse.Namespace) -> int:
                                 "baseline_step_ms": step_ms}
                             for f, v in predictions.items()},
             "agreement": agree,
+            "ranks": ranks,
         })
         return 0
 
@@ -230,6 +273,8 @@ def run(args: argparse.Namespace) -> int:
     for extra in (_boundary_table(summaries), _batch_table(summaries)):
         if extra is not None:
             out.print(extra)
+    for base, spread in ranks.items():
+        out.print(_rank_table(base, spread))
     for s in summaries:
         if s["file"] in agree:
             out.print(_agreement_table(s, agree[s["file"]]))

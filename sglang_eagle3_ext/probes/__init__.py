@@ -3,7 +3,7 @@
 Per decode cycle it times draft / verify / extend (+ "other" = cycle minus phases), counts the
 tokens accepted (incl. the bonus token) and the acceptance per draft position, and every
 ``EAGLE3_PROFILE_EVERY`` cycles prints the EAGLE3_PROF block (stderr -> server log) and appends one
-``eagle3_prof/1`` JSONL record (rank 0 only). See docs/profiling.md.
+``eagle3_prof/2`` JSONL record (every TP rank its own file; the block from rank 0). See docs/profiling.md.
 
 With ``EAGLE3_PROFILE`` unset (read once at import) every call returns at once: no torch import,
 no torch call, no allocation. ``reset()`` re-reads the environment (tests, demo).
@@ -26,7 +26,7 @@ _FALSE = ("", "0", "false", "no", "off")
 MODES = ("auto", "events", "wall", "sync")
 
 # In-process observers (tests, demo): the trace list (EAGLE3_PROFILE_TRACE=1) and the records
-# of every window this process emitted (rank 0), newest last.
+# of every window this process emitted (any rank), newest last.
 trace: list[tuple[str, Any]] = []
 windows: deque[dict[str, Any]] = deque(maxlen=1000)
 

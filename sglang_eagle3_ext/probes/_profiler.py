@@ -54,6 +54,12 @@ def _sglang_version() -> str | None:
         return None
 
 
+def rank_path(out: str, rank: int) -> str:
+    """Every TP rank writes its own stream: rank 0 to EAGLE3_PROFILE_OUT itself (the file every
+    reader already knows), rank N > 0 to ``<out>.rank<N>`` beside it."""
+    return out if not rank else f"{out}.rank{rank}"
+
+
 class Profiler:
     def __init__(self, s: dict[str, Any], *, backend: Any = None, sink: Any = None,
                  trace: list | None = None) -> None:
@@ -255,9 +261,6 @@ class Profiler:
             self._rank = _rank_and_size()
         b = self.backend
         self.window += 1
-        if self._rank[0] != 0:  # other ranks record but do not read or write (no sync there either)
-            b.release(keep)
-            return None
         rec = self._read_pending() if self._pending is not None else None
         if self._defer and b.deferred and not now:
             self._pending = (self.window, cycles, hist, newest, joins)
@@ -303,16 +306,20 @@ class Profiler:
         return rec
 
     def _emit(self, rec: dict[str, Any]) -> None:
-        """The one place a finished window record leaves the profiler: the block on stderr, a
-        JSONL line in EAGLE3_PROFILE_OUT, the in-process sink. (Publishers hook here.)"""
-        sys.stderr.write(format_block(rec) + "\n")
-        sys.stderr.flush()
+        """The one place a finished window record leaves the profiler: the block on stderr
+        (rank 0 only: the TP ranks share one server log), a JSONL line in this rank's stream
+        (``rank_path``), the in-process sink. (Publishers hook here.)"""
+        rank = rec.get("rank", 0)
+        if rank == 0:
+            sys.stderr.write(format_block(rec) + "\n")
+            sys.stderr.flush()
         if self.out:
+            path = rank_path(self.out, rank)
             try:
-                with open(self.out, "a", encoding="utf-8") as f:
+                with open(path, "a", encoding="utf-8") as f:
                     f.write(json.dumps(rec, separators=(",", ":")) + "\n")
             except OSError as exc:
-                sys.stderr.write(f"EAGLE3_PROF warning: cannot append to {self.out}: {exc}\n")
+                sys.stderr.write(f"EAGLE3_PROF warning: cannot append to {path}: {exc}\n")
         if self.sink is not None:
             self.sink.append(rec)
 
