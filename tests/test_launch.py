@@ -17,7 +17,7 @@ from sglang_eagle3_ext.errors import UserError
 def model_env(tmp_path, monkeypatch) -> dict[str, str]:
     """Preset path variables pointing at config-only model folders."""
     paths = {
-        "KIMI_K25_PATH": write_model(tmp_path / "kimi", "KimiK25ForConditionalGeneration"),
+        "KIMI_K25_PATH": write_model(tmp_path / "kimi", "KimiK25ForConditionalGeneration", num_hidden_layers=61),
         "KIMI_K25_EAGLE3_PATH": write_model(tmp_path / "kimi_eagle3", "LlamaForCausalLMEagle3"),
         "LLAMA31_8B_PATH": write_model(tmp_path / "llama", "LlamaForCausalLM"),
         "LLAMA31_8B_EAGLE3_PATH": write_model(tmp_path / "llama_eagle3", "LlamaForCausalLMEagle3"),

@@ -10,7 +10,6 @@ a no-op; a file changed since patching is "drifted" and is never overwritten wit
 from __future__ import annotations
 
 import difflib
-import re
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -23,8 +22,6 @@ from ..sglang_env import SGLangEnv
 from . import manifest as mf
 from .spec import Patch, load_specs, select
 from .transform import MARKER, FileResult, transform_source
-
-_AUX_RE = re.compile(r"^(emb|-?\d+)(,(emb|-?\d+))*$")
 
 
 @dataclass
@@ -50,16 +47,15 @@ class Plan:
 
 
 def _norm_aux(value: str | None, previous: dict[str, Any] | None) -> str | None:
-    """``None`` keeps what was applied before; ``off`` removes the override."""
+    """``None`` keeps what was applied before; ``off`` removes the override. Parsed by the one
+    aux-layer parser (layers.parse_layers); the target is unknown here, so no range check."""
     if value is None:
         return (previous or {}).get("aux_layers")
-    v = value.replace(" ", "")
-    if v.lower() in ("off", "none", ""):
+    if value.strip().lower() in ("off", "none", ""):
         return None
-    if not _AUX_RE.match(v):
-        raise UserError(f"--aux-layers {value!r}: expected comma-separated layer numbers, e.g. 2,30,58 "
-                        "(or 'emb'); 'off' removes the override", exit_code=2)
-    return v
+    from ..layers import format_layers, parse_layers
+
+    return format_layers(parse_layers(value))
 
 
 def _target_files(env: SGLangEnv, patches: list[Patch]) -> dict[str, list[Patch]]:
