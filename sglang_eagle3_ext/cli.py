@@ -49,6 +49,9 @@ def build_parser(commands: tuple[str, ...] = COMMANDS) -> argparse.ArgumentParse
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .settings import adopt_old_names
+
+    adopt_old_names()  # old names -> SGLANG_EAGLE3_*, one note each (SGLang owns the SGL_ prefix)
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):

@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import UserError
+from .settings import AUX_LAYERS
 from .sglang_env import parse_version
 
-ENV = "SGLANG_EAGLE3_AUX_LAYERS"
+ENV = AUX_LAYERS.name
 EMB = "emb"
 Layer = int | str  # decoder-layer index k >= 0, or EMB
 

@@ -24,12 +24,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from . import nccl
+from . import nccl, settings
 from .sglang_env import COMMON_FILE, V1_FILE, V2_FILE, SGLangEnv, locate
 
-ENV_PROFILE = "EAGLE3_PROFILE"
+ENV_PROFILE = settings.PROFILE.name
 ENV_NCCL = nccl.ENV
-ENV_AUX = "SGLANG_EAGLE3_AUX_LAYERS"
+ENV_AUX = settings.AUX_LAYERS.name
 MARKER = "sglang-eagle3-ext"  # carried by every source-patched SGLang file
 ENTRY_POINT = "sglang_eagle3_ext.plugin:register"
 ENTRY_POINT_NAME = "eagle3_ext"  # pyproject.toml [project.entry-points."sglang.srt.plugins"]

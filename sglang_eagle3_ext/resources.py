@@ -4,7 +4,6 @@ and the cache folder for downloads and run state."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 _PKG = Path(__file__).resolve().parent
@@ -18,6 +17,7 @@ def data_dir(name: str) -> Path:
 
 
 def cache_root() -> Path:
-    """Our state and downloads: $SGL_EAGLE3_CACHE, else ~/.cache/sglang-eagle3-ext."""
-    root = os.environ.get("SGL_EAGLE3_CACHE")
-    return Path(root) if root else Path.home() / ".cache" / "sglang-eagle3-ext"
+    """Our state and downloads: $SGLANG_EAGLE3_CACHE, else ~/.cache/sglang-eagle3-ext."""
+    from .settings import CACHE
+
+    return CACHE.get() or Path.home() / ".cache" / "sglang-eagle3-ext"

@@ -29,6 +29,7 @@ import yaml
 
 from .errors import UserError
 from .resources import cache_root, data_dir
+from .settings import AUX_LAYERS, NCCL
 
 REPO_LAUNCH_DIR = data_dir("launch")
 DEFAULT_PORT = 30000
@@ -118,8 +119,10 @@ def expand(value: str) -> str:
 
 def preset_dirs() -> list[Path]:
     dirs = []
-    if os.environ.get("SGL_EAGLE3_PRESETS"):
-        dirs.append(Path(os.environ["SGL_EAGLE3_PRESETS"]))
+    from .settings import PRESETS
+
+    if PRESETS.get():
+        dirs.append(PRESETS.get())
     dirs.append(REPO_LAUNCH_DIR)
     return dirs
 
@@ -264,7 +267,7 @@ def build_command(cfg: LaunchConfig, *, node_rank: int | None = None,
             if k not in environ:  # the user's own value wins (same rule as nccl.apply_preset)
                 env[k] = v
         # The plugin (0.5.11+) re-applies the preset inside every SGLang process.
-        env["SGLANG_EAGLE3_NCCL"] = nccl
+        env[NCCL.name] = nccl
     if cfg.profile:
         env["EAGLE3_PROFILE"] = "1"
         if cfg.profile_every is not None:
@@ -277,7 +280,9 @@ def build_command(cfg: LaunchConfig, *, node_rank: int | None = None,
         if spec:
             env["EAGLE3_PROFILE_SPEC"] = spec
     if cfg.aux_layers:
-        env["SGLANG_EAGLE3_AUX_LAYERS"] = ",".join(p.strip() for p in str(cfg.aux_layers).split(","))
+        from .layers import format_layers, parse_layers  # the one parser; normalised spelling
+
+        env[AUX_LAYERS.name] = format_layers(parse_layers(str(cfg.aux_layers)))
     env.update(cfg.env)
     return argv, env
 
