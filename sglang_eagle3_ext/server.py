@@ -193,7 +193,11 @@ def load_preset(path_or_name: str) -> LaunchConfig:
     """Read ``launch/<name>.yaml`` (or any YAML file); UserError(2) if malformed or unknown keys."""
     path = _find_preset(path_or_name)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.safe_load(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise UserError(f"preset {path}: not a text file (byte {exc.start} is not UTF-8)", 2) from None
+    except OSError as exc:
+        raise UserError(f"preset {path}: cannot read it ({exc.strerror})", 2) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""

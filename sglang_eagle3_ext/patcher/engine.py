@@ -190,16 +190,40 @@ def apply(env: SGLangEnv, *, only: list[str] | None = None, aux_layers: str | No
                 "applied_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "tool_version": __version__,
                 "patches": names, "aux_layers": pl.options["aux_layers"]}
         mf.write(env.package_dir, {**head, "pending": "apply", "files": pending})
-        for f in pl.changes:
-            path = env.path(f.rel)
-            mode = path.stat().st_mode & 0o7777 if path.exists() else None
-            mf.atomic_write(path, f.new, mode)
-            mf.drop_bytecode(path)
+        written: list[FilePlan] = []
+        try:
+            for f in pl.changes:
+                _write(env, f.rel, f.new)
+                written.append(f)
+        except UserError as exc:  # e.g. a read-only folder: put back what was written, then the state
+            _roll_back(env, written, pl.previous, set(files) - set(prev_files))
+            raise UserError(f"{exc}; rolled back: nothing changed") from None
         mf.write(env.package_dir, {**head, "files": final})
         for f in pl.files:
             if f.action == "restore":
                 mf.remove(mf.pristine_path(env.package_dir, f.rel))
         return pl
+
+
+def _write(env: SGLangEnv, rel: str, data: bytes) -> None:
+    path = env.path(rel)
+    mode = path.stat().st_mode & 0o7777 if path.exists() else None
+    mf.atomic_write(path, data, mode)
+    mf.drop_bytecode(path)
+
+
+def _roll_back(env: SGLangEnv, written: list[FilePlan], previous: dict[str, Any] | None,
+               new_copies: set[str]) -> None:
+    """Undo a failed apply's writes (best effort; what cannot be undone stays listed as pending)."""
+    for f in reversed(written):
+        _write(env, f.rel, f.current)
+    for rel in new_copies:
+        mf.remove(mf.pristine_path(env.package_dir, rel))
+    if previous is not None:
+        mf.write(env.package_dir, previous)
+    else:
+        mf.remove(mf.state_dir(env.package_dir) / "manifest.json")
+        shutil.rmtree(mf.state_dir(env.package_dir) / "pristine", ignore_errors=True)
 
 
 def _previous(entry: dict[str, Any] | None) -> str | None:
