@@ -32,7 +32,7 @@ def _checked(p: Path, doc: Any, where: str) -> dict[str, Any]:
         v = summary.get(m)
         if v is None:
             continue
-        if not isinstance(v, dict) or not all(_num_or_none(v.get(k)) for k in ("avg", "peak")):
+        if not isinstance(v, dict) or not all(k in v and _num_or_none(v[k]) for k in ("avg", "peak")):
             raise UserError(f"{p}: {where} summary.{m} needs numeric 'avg' and 'peak'", exit_code=2)
     if not _num_or_none(summary.get("accept_length")):
         raise UserError(f"{p}: {where} summary.accept_length is not a number", exit_code=2)

@@ -107,6 +107,8 @@ TINY = Setting("SGLANG_EAGLE3_TINY", _path, None, "folder of the tiny models (`s
                old="SGL_EAGLE3_TINY")
 VENV = Setting("SGLANG_EAGLE3_VENV", _text, ".venv", "virtual environment tools/ci_env.sh builds", "shell",
                old="SGL_EAGLE3_VENV")
+DEBUG = Setting("SGLANG_EAGLE3_DEBUG", _bool, False, "show the traceback of an unexpected error instead "
+                "of the one-line report", "cli")
 # --- ours, written by `launch` and read inside SGLang processes --------------------------------
 AUX_LAYERS = Setting("SGLANG_EAGLE3_AUX_LAYERS", _text, None, "aux hidden-state layers, our convention "
                      "(output of decoder layer k; emb), e.g. 2,30,58; parsed by layers.parse_layers",
