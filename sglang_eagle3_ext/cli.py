@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from pathlib import Path
 
 from . import __version__
 from .errors import UserError
@@ -49,6 +50,9 @@ def build_parser(commands: tuple[str, ...] = COMMANDS) -> argparse.ArgumentParse
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .settings import adopt_old_names
+
+    adopt_old_names()  # old names -> SGLANG_EAGLE3_*, one note each (SGLang owns the SGL_ prefix)
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
@@ -65,6 +69,20 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # noqa: BLE001 - last resort: a bug of ours is still one line
+        from .console import err
+        from .settings import DEBUG
+
+        if DEBUG.get():
+            raise
+        where = exc.__traceback__
+        while where is not None and where.tb_next is not None:
+            where = where.tb_next
+        at = f" at {Path(where.tb_frame.f_code.co_filename).name}:{where.tb_lineno}" if where else ""
+        err.print("[bold red]error:[/] ", end="", highlight=False)
+        err.print(f"unexpected {type(exc).__name__}{at}: {exc} (a bug in sgl-eagle3: please report it; "
+                  f"{DEBUG.name}=1 shows the traceback)", markup=False, highlight=False)
+        return 1
 
 
 if __name__ == "__main__":

@@ -19,20 +19,52 @@ SWEEP_SCHEMA = "eagle3_sweep/1"
 METRICS = ("decode_tok_s", "e2e_tok_s", "throughput_tok_s")
 
 
+def _num_or_none(x: Any) -> bool:
+    return x is None or (isinstance(x, (int, float)) and not isinstance(x, bool))
+
+
+def _checked(p: Path, doc: Any, where: str) -> dict[str, Any]:
+    """A bench document with the fields the table reads; one line naming the first missing one."""
+    summary = doc.get("summary") if isinstance(doc, dict) else None
+    if not isinstance(summary, dict):
+        raise UserError(f"{p}: {where} has no 'summary' object", exit_code=2)
+    for m in METRICS:
+        v = summary.get(m)
+        if v is None:
+            continue
+        if not isinstance(v, dict) or not all(k in v and _num_or_none(v[k]) for k in ("avg", "peak")):
+            raise UserError(f"{p}: {where} summary.{m} needs numeric 'avg' and 'peak'", exit_code=2)
+    if not _num_or_none(summary.get("accept_length")):
+        raise UserError(f"{p}: {where} summary.accept_length is not a number", exit_code=2)
+    if doc.get("label") is not None and not isinstance(doc["label"], str):
+        raise UserError(f"{p}: {where} label is not text", exit_code=2)
+    return doc
+
+
 def load(paths: list[str]) -> list[dict[str, Any]]:
     """Bench documents from bench files and sweep results files, in the order given."""
     docs: list[dict[str, Any]] = []
     for path in paths:
         p = Path(path)
-        data = read_json(p)
+        if p.is_dir():
+            raise UserError(f"{p}: is a folder; give bench result files (or a sweep's results.json)",
+                            exit_code=2)
+        try:
+            data = read_json(p)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UserError(f"{p}: cannot read it ({getattr(exc, 'strerror', None) or exc})",
+                            exit_code=2) from None
         schema = data.get("schema") if isinstance(data, dict) else None
         if schema == BENCH_SCHEMA:
-            docs.append(data)
+            docs.append(_checked(p, data, "the result"))
         elif schema == SWEEP_SCHEMA:
-            for c in data.get("configs", []):
+            configs = data.get("configs", [])
+            if not isinstance(configs, list) or not all(isinstance(c, dict) for c in configs):
+                raise UserError(f"{p}: 'configs' is not a list of objects", exit_code=2)
+            for c in configs:
                 if c.get("status") == "ok" and c.get("bench"):
-                    doc = dict(c["bench"])
-                    doc["label"] = c["name"]
+                    doc = dict(_checked(p, c["bench"], f"config {c.get('name')!r}"))
+                    doc["label"] = str(c.get("name"))
                     doc["baseline"] = bool(c.get("baseline"))
                     docs.append(doc)
         else:
@@ -61,6 +93,9 @@ def rows(docs: list[dict[str, Any]], baseline: str | None = None,
     if metric not in METRICS:
         raise UserError(f"metric must be one of {', '.join(METRICS)}", exit_code=2)
     b = pick_baseline(docs, baseline)
+    missing = [str(d.get("label")) for d in docs if not isinstance(d["summary"].get(metric), dict)]
+    if missing:
+        raise UserError(f"metric {metric}: missing in the result(s) {', '.join(missing)}", exit_code=2)
     base_avg = docs[b]["summary"][metric]["avg"]
     out = []
     for i, d in enumerate(docs):

@@ -210,7 +210,7 @@ def _check_basic(cfg: LaunchConfig) -> None:
     if not cfg.profile and (cfg.profile_every or cfg.profile_mode or cfg.profile_out):
         raise _fail("--profile-every/--profile-mode/--profile-out need --profile")
     if cfg.aux_layers is not None:
-        from .layers import parse_layers  # UserError(2) with the reason
+        from .layers import parse_layers  # the one aux-layer parser; UserError(2) with the reason
 
         parse_layers(str(cfg.aux_layers))
     if not cfg.model:
@@ -368,6 +368,9 @@ def validate(cfg: LaunchConfig, env: SGLangEnv, *, sglang_check: bool | None = N
     algo = None if cfg.no_spec else normalise_algorithm(cfg.algorithm)
     _check_spec_values(cfg, extra)
     notes += _check_models(cfg, env, algo)
+    from .layers import check_aux_for_launch  # count/range vs the local target + draft configs
+
+    check_aux_for_launch(cfg.aux_layers, cfg.model, cfg.draft, env.version)
     argv, env_add = build_command(cfg, environ=environ)
     child_env = dict(os.environ if environ is None else environ)
     child_env.update(env_add)

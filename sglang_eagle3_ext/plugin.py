@@ -24,12 +24,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from . import nccl
+from . import nccl, settings
 from .sglang_env import COMMON_FILE, V1_FILE, V2_FILE, SGLangEnv, locate
 
-ENV_PROFILE = "EAGLE3_PROFILE"
+ENV_PROFILE = settings.PROFILE.name
 ENV_NCCL = nccl.ENV
-ENV_AUX = "SGLANG_EAGLE3_AUX_LAYERS"
+ENV_AUX = settings.AUX_LAYERS.name
 MARKER = "sglang-eagle3-ext"  # carried by every source-patched SGLang file
 ENTRY_POINT = "sglang_eagle3_ext.plugin:register"
 ENTRY_POINT_NAME = "eagle3_ext"  # pyproject.toml [project.entry-points."sglang.srt.plugins"]
@@ -330,7 +330,17 @@ def _register(sw: dict[str, Any]) -> None:
             _S.route = "source-patch"
             _note(f"source patch present ({', '.join(Path(p).name for p in patched)}): it records the "
                   "probes; plugin phase hooks stay off (one route only)")
-    plan = plan_hooks(env, profile=profile, aux=bool(sw["aux_layers"]), nccl_preset=bool(sw["nccl"]))
+    aux = bool(sw["aux_layers"])
+    if aux:  # the one aux-layer parser; a bad value is logged once here, not at model load
+        from .errors import UserError
+        from .layers import parse_layers
+
+        try:
+            parse_layers(sw["aux_layers"])
+        except UserError as exc:
+            logger.error("%s=%s: %s; the aux-layer hook stays off", ENV_AUX, sw["aux_layers"], exc)
+            aux = False
+    plan = plan_hooks(env, profile=profile, aux=aux, nccl_preset=bool(sw["nccl"]))
     for problem in plan.problems:
         logger.error(problem)
     if not plan.hooks:

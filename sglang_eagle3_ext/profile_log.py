@@ -287,7 +287,30 @@ def _check_record(rec: Any, where: str) -> dict[str, Any]:
             float(phases[p]["mean_ms"])
     except (KeyError, TypeError, ValueError) as exc:
         raise UserError(f"{where}: phases must hold mean_ms for draft/verify/extend/other/cycle ({exc})") from None
+    # numbers must be JSON numbers: "12" would pass float() above and break the sums later
+    for k in _NUMERIC:
+        if rec.get(k) is not None and not _is_num(rec[k]):
+            raise UserError(f"{where}: {k} must be a number, got {rec[k]!r}")
+    for name, ph in phases.items():
+        bad = [k for k, v in ph.items() if v is not None and not _is_num(v)] if isinstance(ph, dict) else [name]
+        if bad:
+            raise UserError(f"{where}: phases.{name}.{bad[0]} must be a number")
+    for k in ("per_position",):
+        v = rec.get(k)
+        if v is not None and not (isinstance(v, list) and all(x is None or _is_num(x) for x in v)):
+            raise UserError(f"{where}: {k} must be a list of numbers")
+    hist = rec.get("accept_hist")
+    if hist is not None and not (isinstance(hist, dict) and all(_is_num(x) for x in hist.values())):
+        raise UserError(f"{where}: accept_hist must map lengths to counts")
     return rec
+
+
+_NUMERIC = ("window", "cycles", "requests", "accepted_drafts", "tokens", "accept_len", "eff_tok_s",
+            "throughput_tok_s", "rank", "tp_size", "idle_cycles")
+
+
+def _is_num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def load(path: str | Path) -> ProfileRun:

@@ -99,9 +99,13 @@ def load_spec(path: str | Path) -> SweepSpec:
 
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text())
+        data = yaml.safe_load(p.read_bytes().decode("utf-8"))
     except FileNotFoundError as exc:
         raise UserError(f"{p}: no such sweep file", exit_code=2) from exc
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{p}: not a text file (byte {exc.start} is not UTF-8)", exit_code=2) from None
+    except OSError as exc:
+        raise UserError(f"{p}: cannot read it ({exc.strerror})", exit_code=2) from None
     except yaml.YAMLError as exc:
         raise UserError(f"{p}: invalid YAML ({str(exc).splitlines()[0]})", exit_code=2) from exc
     if not isinstance(data, dict):
@@ -212,12 +216,24 @@ def load_results(path: Path) -> dict[str, Any] | None:
     if not path.exists():
         return None
     try:
-        data = json.loads(path.read_text())
-    except ValueError as exc:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except (ValueError, OSError) as exc:  # UnicodeDecodeError is a ValueError
         raise UserError(f"{path}: unreadable results file ({exc}); move it away to start over",
-                        exit_code=2) from exc
-    if data.get("schema") != SCHEMA:
+                        exit_code=2) from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise UserError(f"{path}: not a sweep results file", exit_code=2)
+    configs = data.get("configs")
+    if not isinstance(configs, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("name"), str) and isinstance(c.get("slug"), str)
+            and c["slug"] and "/" not in c["slug"] and c["slug"] not in (".", "..")
+            and isinstance(c.get("status"), str) for c in configs):
+        raise UserError(f"{path}: damaged sweep results ('configs' must be a list of objects with "
+                        "name, slug and status)", exit_code=2)
+    from .compare import _checked  # the bench fields the table and the analysis read
+
+    for c in configs:
+        if c.get("bench"):
+            _checked(path, c["bench"], f"config {c['name']!r}")
     return data
 
 

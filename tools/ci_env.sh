@@ -3,7 +3,7 @@
 # Idempotent: a finished env is marked by .venv/.ready-<hash of this script + constraints>.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV=${SGL_EAGLE3_VENV:-.venv}
+VENV=${SGLANG_EAGLE3_VENV:-${SGL_EAGLE3_VENV:-.venv}}  # SGL_EAGLE3_VENV: the old name
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
 stamp="$VENV/.ready-$(cat tools/ci_env.sh tools/ci-constraints.txt | sha256sum | cut -c1-12)"

@@ -6,6 +6,7 @@ import argparse
 import time
 
 from ..console import err, out, print_json
+from ..resources import output_dir
 
 HELP = "Build a tiny Llama target + EAGLE-3 draft + tokenizer offline, with a chosen acceptance."
 
@@ -23,6 +24,7 @@ def run(args: argparse.Namespace) -> int:
     from .. import tiny
 
     acc = tiny.parse_acceptance(args.acceptance)  # validate before importing torch
+    output_dir(args.out)  # /etc/passwd/x, no permission: one line before any model is built
     t0 = time.perf_counter()
     err.print(f"building tiny models (acceptance={acc}, seed={args.seed}) ...")
     models = tiny.build(args.out, acc, seed=args.seed)
