@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from time import perf_counter
 from typing import Any
 
-from . import timers
+from . import metrics, timers
 from .window import CYCLE, PHASES, build_record, format_block
 
 
@@ -266,6 +266,7 @@ class Profiler:
                 sys.stderr.write(f"EAGLE3_PROF warning: cannot append to {self.out}: {exc}\n")
         if self.sink is not None:
             self.sink.append(rec)
+        metrics.publish(rec)  # EAGLE3_PROFILE_METRICS: Prometheus families on SGLang's /metrics
         return rec
 
     def flush(self, min_cycles: int = 1) -> dict[str, Any] | None:
