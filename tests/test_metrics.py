@@ -273,3 +273,26 @@ def test_real_sglang_server_serves_our_families_on_its_metrics(tmp_path):
                            env=env, capture_output=True, text=True, timeout=60)
     assert s.returncode == 0, s.stderr
     assert gone(info["pgid"], within=10)
+
+
+def test_grafana_dashboard_uses_only_published_names():
+    """Every series the dashboard queries is one we publish or one SGLang 0.5.23 really exports
+    (read from its metrics_collector.py source)."""
+    import re
+
+    from sglang_eagle3_ext import releases
+
+    dash = json.loads((REPO / "docs" / "grafana" / "eagle3-phases.json").read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    names = set(re.findall(r"sglang:[a-z0-9_]+", " ".join(exprs)))
+    ours = {n for n in names if n.startswith("sglang:eagle3_")}
+    theirs = names - ours
+    suffix = re.compile(r"_(sum|count|bucket|total)$")
+    for n in ours:
+        base = n[len("sglang:eagle3_"):]
+        assert base in FAMILIES or suffix.sub("", base) in FAMILIES, n
+    assert {"sglang:spec_accept_length", "sglang:gen_throughput"} <= theirs
+    src = (releases.fetch("0.5.23") / "sglang" / "srt" / "observability" / "metrics_collector.py").read_text()
+    for n in theirs:
+        assert f'name="{n}"' in src, n
+    assert (REPO / "docs" / "metrics.md").read_text().count("sglang:eagle3_") >= len(FAMILIES)
