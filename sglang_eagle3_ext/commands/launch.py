@@ -171,6 +171,9 @@ def run(args: argparse.Namespace) -> int:
     def on_term(signum, frame):  # SIGTERM -> same path as Ctrl-C: stop the whole group
         raise KeyboardInterrupt
 
+    if server.port_in_use(cfg.host, cfg.port):  # before the log line: no log is written then
+        raise UserError(f"port {cfg.port} on {cfg.host} is already in use "
+                        f"(another server? `sgl-eagle3 stop --all`, or pick --port)", 2)
     old_term = signal.signal(signal.SIGTERM, on_term)
     ready = False
     try:
