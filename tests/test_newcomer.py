@@ -99,3 +99,27 @@ def test_real_launch_still_stops_when_sglang_cannot_be_imported(tmp_path):
     d = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext", "launch", "launch/kimi-k25-eagle3.yaml",
                         "--profile", "--dry-run"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert d.returncode == 0 and "skipped for this dry run" in d.stderr and "--tp-size 8" in d.stdout
+
+
+@pytest.mark.slow
+def test_gpu_bundle_builds_our_wheel_with_an_old_setuptools(tmp_path):
+    """tools/gpu_bundle.py own_wheel() in a fresh venv whose setuptools (ensurepip's 65.x on Python
+    3.11) is older than pyproject.toml's: it builds with isolation instead of failing. Needs the pip
+    registry for the isolated build's setuptools."""
+    import zipfile
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    py = venv / "bin" / "python"
+    code = ("import sys, pathlib; sys.path.insert(0, 'tools'); import gpu_bundle; "
+            "print(gpu_bundle.build_backend_ok()); "
+            f"print(gpu_bundle.own_wheel(pathlib.Path({str(tmp_path / 'out')!r})))")
+    p = subprocess.run([str(py), "-c", code], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    lines = p.stdout.split()
+    if lines[0] == "True":
+        pytest.skip("this Python's ensurepip setuptools already meets pyproject.toml")
+    whl = lines[-1]
+    with zipfile.ZipFile(whl) as z:
+        eps = next(n for n in z.namelist() if n.endswith("entry_points.txt"))
+        assert "sglang_eagle3_ext.plugin:register" in z.read(eps).decode()
