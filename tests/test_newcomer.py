@@ -123,3 +123,19 @@ def test_gpu_bundle_builds_our_wheel_with_an_old_setuptools(tmp_path):
     with zipfile.ZipFile(whl) as z:
         eps = next(n for n in z.namelist() if n.endswith("entry_points.txt"))
         assert "sglang_eagle3_ext.plugin:register" in z.read(eps).decode()
+
+
+@pytest.mark.slow
+def test_ci_env_quiet_pip_still_fails_loudly(tmp_path):
+    """tools/ci_env.sh's pipq (quiet: no conflict blocks, no "Location ... is ignored" lines) keeps
+    pip's exit status and its ERROR lines (a missing local wheel: no registry lookup)."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    script = ("set -euo pipefail\n"
+              f"VENV={shlex.quote(str(venv))}\n"
+              "eval \"$(sed -n '/^pipq() {/,/^}/p' tools/ci_env.sh)\"\n"
+              "pipq --no-deps /nonexistent/missing-1.0-py3-none-any.whl\n"
+              "echo SHOULD-NOT-PRINT\n")
+    p = subprocess.run(["bash", "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert p.returncode != 0 and "SHOULD-NOT-PRINT" not in p.stdout
+    assert "ERROR" in p.stdout + p.stderr and "is ignored" not in p.stdout + p.stderr
