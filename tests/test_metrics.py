@@ -296,3 +296,34 @@ def test_grafana_dashboard_uses_only_published_names():
     for n in theirs:
         assert f'name="{n}"' in src, n
     assert (REPO / "docs" / "metrics.md").read_text().count("sglang:eagle3_") >= len(FAMILIES)
+
+
+@pytest.mark.parametrize("version", ["0.5.12.post1", "0.5.13", "0.5.16", "0.5.19", "0.5.23"])
+def test_scheduler_labels_read_real_run_scheduler_process_arguments(version):
+    """scheduler_labels() reads server_args / tp_rank / pp_rank of run_scheduler_process: those
+    parameter names exist in every pinned release with plugins, and ServerArgs has served_model_name
+    (the real 0.5.23 server test reads it back as the model_name label)."""
+    import ast
+
+    from sglang_eagle3_ext import releases
+
+    root = releases.fetch(version) / "sglang" / "srt"
+    tree = ast.parse((root / "managers" / "scheduler.py").read_text())
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "run_scheduler_process")
+    params = [a.arg for a in fn.args.args]
+    assert {"server_args", "tp_rank", "pp_rank"} <= set(params)
+    calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "load_plugins"]
+    assert calls  # the plugin (and so register_families) runs inside this frame
+    # ServerArgs.served_model_name: in server_args.py, or (0.5.23) in one of its argument groups
+    files = [root / "server_args.py", *sorted((root / "arg_groups").glob("*.py"))]
+    assert any("served_model_name" in f.read_text() for f in files if f.is_file())
+
+
+def test_scheduler_labels_from_the_calling_frame():
+    class SA:
+        served_model_name = "served"
+
+    def run_scheduler_process(server_args, tp_rank, pp_rank):  # the name is what is looked up
+        return metrics.scheduler_labels()
+
+    assert run_scheduler_process(SA(), 3, 1) == {"model_name": "served", "tp_rank": 3, "pp_rank": 1}

@@ -142,7 +142,7 @@ def _get(labels: Mapping[str, Any] | None, record: Mapping[str, Any] | None = No
 
 def scheduler_labels() -> dict[str, Any]:
     """model_name / tp_rank / pp_rank as SGLang labels its own series: read from the arguments of
-    ``run_scheduler_process`` (0.5.11-0.5.23: ``server_args``, ``tp_rank``, ``pp_rank``) on this
+    ``run_scheduler_process`` (every pinned plugin release, 0.5.12.post1-0.5.23: ``server_args``, ``tp_rank``, ``pp_rank``) on this
     thread's stack, else the main thread's; falls back to RANK and an empty model name."""
     frames = [sys._getframe(1)]
     main = sys._current_frames().get(threading.main_thread().ident or -1)
