@@ -20,6 +20,9 @@ COMMANDS = (
     "doctor", "patch", "layers", "launch", "stop", "bench", "compare", "profile", "sweep",
     "tiny", "demo",
 )
+# The commands that read an SGLang tree; the others (bench, compare, profile, stop, tiny) work on
+# servers, files or models only, so they do not offer --sglang-root.
+SGLANG_ROOT_COMMANDS = frozenset({"doctor", "patch", "layers", "launch", "sweep", "demo"})
 
 
 def _load(name: str):
@@ -42,8 +45,9 @@ def build_parser(commands: tuple[str, ...] = COMMANDS) -> argparse.ArgumentParse
             raise
         # argparse %-formats help strings: a literal "%" in a one-liner must not break --help
         p = sub.add_parser(name, help=mod.HELP.replace("%", "%%"), description=mod.HELP)
-        p.add_argument("--sglang-root", metavar="PATH", default=None,
-                       help="an unpacked SGLang tree to use instead of the installed one")
+        if name in SGLANG_ROOT_COMMANDS:
+            p.add_argument("--sglang-root", metavar="PATH", default=None,
+                           help="an unpacked SGLang tree to use instead of the installed one")
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)
     return parser

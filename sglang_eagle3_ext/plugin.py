@@ -321,6 +321,10 @@ def _register(sw: dict[str, Any]) -> None:
         _apply_nccl(sw["nccl"])
     if _S.role in _NO_HOOK_ROLES:
         return
+    if sw["profile"] and _S.role == "scheduler":  # families on /metrics from startup (docs/metrics.md)
+        from .probes import metrics
+
+        metrics.register_families()
     env = locate()
     profile = sw["profile"]
     if profile:

@@ -447,6 +447,8 @@ def analyse(doc: dict[str, Any]) -> dict[str, Any]:
                 "from": big["name"],
                 "rows": [{"steps": p.steps, "kind": p.kind, "pred_accept_length": p.accept_len,
                           "pred_cycle_ms": p.cycle_ms, "pred_tok_s": p.tok_s,
+                          # the cost-model figure the recommendation quotes, beside this run's
+                          "model_tok_s": next((q.tok_s for q in preds if q.steps == p.steps), None),
                           "meas_accept_length": (measured[p.steps]["bench"]["summary"]["accept_length"]
                                                  if p.steps in measured else None),
                           "meas_tok_s": (measured[p.steps]["bench"]["summary"]["decode_tok_s"]["avg"]

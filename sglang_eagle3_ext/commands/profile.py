@@ -215,7 +215,7 @@ def _predict_table(s: dict[str, Any], preds: list[analysis.Prediction]):
 
     t = Table(title=f"Prediction from {s['file']} ({s['basis']} cycles; topk 1 chain; accept len incl. bonus; "
                     f"verify+extend+other held flat, draft ms per step x steps)")
-    for c in ("steps", "draft tok", "accept len", "cycle ms", "tok/s", "vs base", ""):
+    for c in ("steps", "draft tok", "accept len", "cycle ms", "tok/s", "vs base", "row"):
         t.add_column(c, justify="right")
     for p in preds:
         t.add_row(

@@ -15,8 +15,10 @@ HELP = "Sweep steps/topk/draft tokens (+ no-spec baseline, NCCL, custom all-redu
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("sweep_file", metavar="SWEEP.yaml", nargs="?", help="the matrix (see docs/sweep.md)")
     p.add_argument("--report", metavar="DIR",
-                   help="start nothing: re-read DIR's results.json and probe files, redo table, analysis, plots")
-    p.add_argument("--out", metavar="DIR", help="output folder (default sweep-<name>)")
+                   help="start nothing: re-read DIR's results.json and probe files, print table and "
+                        "analysis; DIR is never written (--out writes results, table, plots there)")
+    p.add_argument("--out", metavar="DIR", help="output folder (default sweep-<name>; with --report: "
+                   "where to write the redone results.json, table.md and plots, nothing if absent)")
     p.add_argument("--resume", action="store_true",
                    help="continue a sweep in --out: configs already ok are skipped, failed ones re-run")
     p.add_argument("--plan", action="store_true", help="print the configs and exit (nothing started)")
@@ -30,7 +32,8 @@ def _f(x: float | None, fmt: str = "{:.1f}") -> str:
 def print_analysis(a: dict[str, Any]) -> None:
     cm = a.get("cost_model")
     if cm:
-        out.print(f"Cost model ({cm['family']}): cycle_ms = {cm['c0']:.2f} + {cm['cd']:.2f} x steps "
+        sign = "-" if cm["cd"] < 0 else "+"
+        out.print(f"Cost model ({cm['family']}): cycle_ms = {cm['c0']:.2f} {sign} {abs(cm['cd']):.2f} x steps "
                   f"(RMS misfit {cm['residual_ms']:.2f} ms over {cm['n']} configs)")
     rows = [r for r in a.get("break_even", []) if r["break_even"] is not None]
     if rows:
@@ -43,11 +46,13 @@ def print_analysis(a: dict[str, Any]) -> None:
     pr = a.get("predicted")
     if pr and pr["rows"]:
         out.print(f"Predicted from one run ({pr['from']}) beside measured:")
-        out.print("  steps  kind       pred AL  pred tok/s  meas AL  meas tok/s")
+        out.print("  steps  kind       pred AL  pred tok/s  model tok/s  meas AL  meas tok/s")
         for r in pr["rows"]:
             out.print(f"  {r['steps']:>5}  {r['kind']:<9} {r['pred_accept_length']:>8.2f}  "
-                      f"{r['pred_tok_s']:>10.1f}  {_f(r['meas_accept_length'], '{:.2f}'):>7}  "
-                      f"{_f(r['meas_tok_s']):>10}")
+                      f"{r['pred_tok_s']:>10.1f}  {_f(r.get('model_tok_s')):>11}  "
+                      f"{_f(r['meas_accept_length'], '{:.2f}'):>7}  {_f(r['meas_tok_s']):>10}")
+        out.print("  (pred: this one run's phases; model: the cost-model fit over every config, which "
+                  "the recommendation and best k use)")
     if a.get("best_k") is not None:
         out.print(f"Predicted best k (cost model + measured acceptance): {a['best_k']}")
     for n in a.get("notes", []):
@@ -67,7 +72,19 @@ def run(args: argparse.Namespace) -> int:
             prof = out_dir / "configs" / c["slug"] / "prof.jsonl"
             if prof.exists():
                 c["profile"] = sweep.profile_summary(prof)
-        return _report(doc, out_dir, args.no_plots)
+        dest = Path(args.out) if args.out else None
+        if dest is not None and dest.resolve() == out_dir.resolve():
+            raise UserError(f"--out {dest} is the folder --report reads: give another folder", exit_code=2)
+        if dest is None:
+            import tempfile
+
+            with tempfile.TemporaryDirectory() as tmp:
+                rc = _report(doc, Path(tmp), no_plots=True, scratch=True)
+            out.print(f"nothing written ({out_dir} is only read); --out DIR writes results.json, "
+                      "table.md and plots there", highlight=False, markup=False)
+            return rc
+        dest.mkdir(parents=True, exist_ok=True)
+        return _report(doc, dest, args.no_plots)
     if not args.sweep_file:
         raise UserError("give a SWEEP.yaml (or --report DIR)", exit_code=2)
     spec = sweep.load_spec(args.sweep_file)
@@ -87,8 +104,9 @@ def run(args: argparse.Namespace) -> int:
     return _report(doc, out_dir, args.no_plots)
 
 
-def _report(doc: dict[str, Any], out_dir: Path, no_plots: bool) -> int:
-    """Failures, the comparison table, the analysis and the plots of one sweep document."""
+def _report(doc: dict[str, Any], out_dir: Path, no_plots: bool, scratch: bool = False) -> int:
+    """Failures, the comparison table, the analysis and the plots of one sweep document.
+    ``scratch``: out_dir is a temporary folder (report only): its files are not announced."""
     from .. import compare, sweep
     from ..bench import write_json
 
@@ -117,5 +135,6 @@ def _report(doc: dict[str, Any], out_dir: Path, no_plots: bool) -> int:
                 out.print(f"wrote {p}")
         except UserError as exc:
             err.print(f"[yellow]plots skipped:[/] {exc}")
-    out.print(f"wrote {out_dir / 'results.json'}" + (f", {out_dir / 'table.md'}" if rs else ""))
+    if not scratch:
+        out.print(f"wrote {out_dir / 'results.json'}" + (f", {out_dir / 'table.md'}" if rs else ""))
     return 0 if not failed else 1

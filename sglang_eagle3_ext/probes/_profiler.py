@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from time import perf_counter
 from typing import Any
 
-from . import timers
+from . import metrics, timers
 from .window import (
     CYCLE,
     EXTEND,
@@ -322,6 +322,7 @@ class Profiler:
                 sys.stderr.write(f"EAGLE3_PROF warning: cannot append to {path}: {exc}\n")
         if self.sink is not None:
             self.sink.append(rec)
+        metrics.publish(rec)  # EAGLE3_PROFILE_METRICS: Prometheus families on SGLang's /metrics
 
     def flush(self, min_cycles: int = 1) -> dict[str, Any] | None:
         """Close the open cycle at its cycle_end (if it had one) and emit what was collected."""
