@@ -13,6 +13,8 @@ usage chunk, ``[DONE]``), but on a fixed clock: the first content chunk (1 token
 
 ``spec`` picks how accept length is exposed: ``"sglext"`` (per request in the stream, SGLang
 0.5.19+), ``"metrics"`` (Prometheus counters on ``/metrics``, 0.5.13+), ``"none"``.
+``mode`` misbehaves on purpose: ``"cut"`` closes the stream after ``cut_after`` content chunks
+(no finish chunk, no ``[DONE]``), ``"hang"`` reads the request and never answers.
 ``python tests/standin_openai.py --port 8000 --interval-ms 10`` runs it standalone.
 """
 
@@ -31,7 +33,11 @@ from typing import Any
 class StandIn:
     def __init__(self, *, ttft_s: float = 0.02, interval_s: float = 0.005, tokens_per_chunk: int = 1,
                  spec: str = "none", model: str = "standin-model", host: str = "127.0.0.1",
-                 port: int = 0, extra_metrics_tokens: int = 0) -> None:
+                 port: int = 0, extra_metrics_tokens: int = 0, mode: str = "normal",
+                 cut_after: int = 3) -> None:
+        self.mode = mode
+        self.cut_after = cut_after
+        self.released = threading.Event()  # wakes "hang" handlers at stop()
         self.ttft_s = ttft_s
         self.interval_s = interval_s
         self.tokens_per_chunk = tokens_per_chunk
@@ -59,6 +65,7 @@ class StandIn:
         return self
 
     def stop(self) -> None:
+        self.released.set()
         self._httpd.shutdown()
         self._httpd.server_close()
 
@@ -122,6 +129,9 @@ def _handler_for(srv: StandIn) -> type[BaseHTTPRequestHandler]:
                 return
             with srv._lock:
                 srv.requests.append(body)
+            if srv.mode == "hang":
+                srv.released.wait()
+                return
             n = int(body.get("max_tokens") or 16)
             opts = body.get("stream_options") or {}
             per_chunk_usage = bool(opts.get("continuous_usage_stats"))
@@ -155,6 +165,9 @@ def _handler_for(srv: StandIn) -> type[BaseHTTPRequestHandler]:
                 emit(chunk)
                 deadline += srv.interval_s
                 first = False
+                if srv.mode == "cut" and done >= 1 + (srv.cut_after - 1) * srv.tokens_per_chunk:
+                    self.wfile.flush()
+                    return  # the connection closes here: no finish chunk, no [DONE]
             verify = srv.verify_calls(n)
             with srv._lock:  # like SGLang: counters bump when the request finishes
                 srv.verify_total += verify if srv.spec == "metrics" else 0
@@ -177,9 +190,10 @@ def main() -> None:
     ap.add_argument("--interval-ms", type=float, default=10.0)
     ap.add_argument("--tokens-per-chunk", type=int, default=1)
     ap.add_argument("--spec", choices=("none", "sglext", "metrics"), default="none")
+    ap.add_argument("--mode", choices=("normal", "cut", "hang"), default="normal")
     a, _ = ap.parse_known_args()  # tolerate SGLang's argv when it stands in for launch_server
     s = StandIn(ttft_s=a.ttft_ms / 1000, interval_s=a.interval_ms / 1000,
-                tokens_per_chunk=a.tokens_per_chunk, spec=a.spec, port=a.port)
+                tokens_per_chunk=a.tokens_per_chunk, spec=a.spec, port=a.port, mode=a.mode)
     print(f"stand-in serving on {s.url}", flush=True)
     s.start()
     try:
