@@ -16,7 +16,7 @@ from .errors import UserError
 # Order is the order shown in --help. Modules are imported lazily, so `sgl-eagle3 doctor` never
 # pays for matplotlib or torch.
 COMMANDS = (
-    "doctor", "patch", "layers", "launch", "stop", "bench", "compare", "profile", "sweep",
+    "doctor", "patch", "layers", "launch", "stop", "bench", "compare", "profile", "sweep", "adaptive",
     "tiny", "demo",
 )
 
