@@ -209,12 +209,15 @@ def launch_steps(tiers: dict[int, list[int]]) -> int:
 # ------------------------------------------------------------------ measurements in
 
 
-def table_from_sweep(doc: dict[str, Any]) -> tuple[Table, dict[tuple[int, int], str]]:
+def table_from_sweep(doc: dict[str, Any], predicted: bool = False
+                     ) -> tuple[Table, dict[tuple[int, int], str]]:
     """(tier -> steps -> per-stream tok/s, (tier, steps) -> "measured" | "predicted") of a sweep.
 
     Measured: each ok topk-1 config's ladder levels (or its single bench at its concurrency);
-    steps 0 = the no-spec configs. Predicted: the sweep analysis' per-tier rows fill cells that
-    were not measured. Several configs on one cell (NCCL variants): the fastest.
+    steps 0 = the no-spec configs. Several configs on one cell (NCCL variants): the fastest.
+    With ``predicted``, the sweep analysis' per-tier predictions (probes + cost model) fill the
+    cells that were not measured; off by default, because probe figures are steady-cycle rates
+    and a client-measured cell beside a predicted one would not compare like with like.
     """
     table: Table = {}
     source: dict[tuple[int, int], str] = {}
@@ -243,12 +246,13 @@ def table_from_sweep(doc: dict[str, Any]) -> tuple[Table, dict[tuple[int, int], 
             b = c["bench"]
             put(int(b["params"].get("concurrency", 1)), steps,
                 b["summary"]["decode_tok_s"]["avg"], "measured")
-    for r in ((doc.get("analysis") or {}).get("tiers") or {}).get("predicted", []) or []:
+    for r in (((doc.get("analysis") or {}).get("tiers") or {}).get("predicted", []) or []) if predicted else []:
         put(int(r["batch_size"]), int(r["steps"]), r.get("per_stream_tok_s"), "predicted")
     return table, source
 
 
-def load_measurements(path: str | Path) -> tuple[Table, dict[tuple[int, int], str], str]:
+def load_measurements(path: str | Path, predicted: bool = False
+                      ) -> tuple[Table, dict[tuple[int, int], str], str]:
     """--from: a sweep folder or its results.json."""
     from .bench import read_json
 
@@ -259,7 +263,7 @@ def load_measurements(path: str | Path) -> tuple[Table, dict[tuple[int, int], st
     doc = read_json(f)
     if not isinstance(doc, dict) or doc.get("schema") != "eagle3_sweep/1":
         raise UserError(f"--from {f}: not a sweep results file (eagle3_sweep/1)", exit_code=2)
-    table, source = table_from_sweep(doc)
+    table, source = table_from_sweep(doc, predicted)
     if not table:
         raise UserError(f"--from {f}: no finished topk-1 or no-spec configuration", exit_code=2)
     return table, source, str(f)

@@ -34,7 +34,11 @@ class StandIn:
     def __init__(self, *, ttft_s: float = 0.02, interval_s: float = 0.005, tokens_per_chunk: int = 1,
                  spec: str = "none", model: str = "standin-model", host: str = "127.0.0.1",
                  port: int = 0, extra_metrics_tokens: int = 0, mode: str = "normal",
-                 cut_after: int = 3) -> None:
+                 cut_after: int = 3, load_s: float = 0.0) -> None:
+        # Each chunk interval grows by load_s per other stream in flight: a server whose step cost
+        # rises with the batch (per-stream tok/s falls with concurrency, as on a GPU).
+        self.load_s = load_s
+        self.active = 0
         self.mode = mode
         self.cut_after = cut_after
         self.released = threading.Event()  # wakes "hang" handlers at stop()
@@ -150,6 +154,15 @@ def _handler_for(srv: StandIn) -> type[BaseHTTPRequestHandler]:
                 return {"prompt_tokens": 37, "completion_tokens": done, "total_tokens": 37 + done}
 
             emit({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+            with srv._lock:
+                srv.active += 1
+            try:
+                self._stream(n, t_arrive, emit, usage, per_chunk_usage, body, opts)
+            finally:
+                with srv._lock:
+                    srv.active -= 1
+
+        def _stream(self, n, t_arrive, emit, usage, per_chunk_usage, body, opts) -> None:
             done = 0
             deadline = t_arrive + srv.ttft_s
             first = True
@@ -163,7 +176,7 @@ def _handler_for(srv: StandIn) -> type[BaseHTTPRequestHandler]:
                 if per_chunk_usage:
                     chunk["usage"] = usage(done)
                 emit(chunk)
-                deadline += srv.interval_s
+                deadline += srv.interval_s + srv.load_s * max(0, srv.active - 1)
                 first = False
                 if srv.mode == "cut" and done >= 1 + (srv.cut_after - 1) * srv.tokens_per_chunk:
                     self.wfile.flush()

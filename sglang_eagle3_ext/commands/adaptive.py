@@ -21,6 +21,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     w.add_argument("--within", type=float, default=5.0, metavar="PCT",
                    help="a step count is a candidate at a tier when its per-stream tok/s is within "
                         "PCT %% of the best there (default 5)")
+    w.add_argument("--predicted", action="store_true",
+                   help="also use the sweep's predicted cells (probes + cost model, marked *) where "
+                        "nothing was measured")
     w.add_argument("--json", action="store_true", help="print the choice as JSON")
     w.add_argument("--sglang-root", dest="sglang_root_w", metavar="PATH", default=None,
                    help="an unpacked SGLang tree whose loader decides the format")
@@ -72,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
                         exit_code=2)
     env = locate(args.sglang_root_w or args.sglang_root)
     loader = adaptive.release_loader(env.package_dir)
-    table, source, _ = adaptive.load_measurements(args.source)
+    table, source, _ = adaptive.load_measurements(args.source, args.predicted)
     choices, cfg, read = adaptive.write(table, args.out, loader, args.within)
     if args.json:
         print_json({"config": cfg, "release": env.version, "format": loader.format,
