@@ -73,6 +73,31 @@ class ReleaseLoader:
         self._ns["AdaptiveSpeculativeParams"](max(steps) if steps else 1, cfg)
         return {1: sorted(set(steps))}
 
+    def defaults(self) -> dict[int, list[int]]:
+        """The tiers the release uses without a config file (``DEFAULT_ADAPTIVE_CONFIG``)."""
+        if self.format == "tiers":
+            _, entries = self._ns["_load_adaptive_config"](None)
+            return {int(k): sorted(set(v["candidate_steps"])) for k, v in entries.items()}
+        return {1: [1, 3, 7]}  # 0.5.12.post1 AdaptiveSpeculativeParams: cfg.get("candidate_steps", [1, 3, 7])
+
+    def format_mismatch(self, path: str | Path) -> str | None:
+        """Why a file in the other release family's format would be misread, or None.
+
+        0.5.12.post1 reads a tiered file without complaint and ignores its tiers (it only looks
+        for a top-level ``candidate_steps``), so this is checked here, not left to its loader.
+        """
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None  # the loader itself reports unreadable files
+        if not isinstance(data, dict):
+            return None
+        tiered = any(str(k).isdigit() for k in data)
+        if self.format == "flat" and tiered:
+            return ("it has per-batch-size tiers (the 0.5.13+ format); this release reads one "
+                    "top-level candidate_steps list and would ignore them")
+        return None
+
 
 def _pick(tree: ast.Module, names: set[str]) -> ast.Module:
     body = []

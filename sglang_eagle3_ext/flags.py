@@ -278,7 +278,7 @@ def apply_adaptive(cfg: LaunchConfig, env: SGLangEnv, extra: dict[str, str | boo
     from . import adaptive
 
     if not cfg.adaptive:
-        return []
+        return _bare_adaptive_0516(cfg, env, extra)
     if cfg.no_spec:
         raise _fail("--adaptive with --no-spec: adaptive changes the speculative steps; drop one of them")
     if "--speculative-adaptive" in extra:
@@ -299,6 +299,10 @@ def apply_adaptive(cfg: LaunchConfig, env: SGLangEnv, extra: dict[str, str | boo
     if not path.is_file():
         raise _fail(f"--adaptive {cfg.adaptive}: no such file (write one with `sgl-eagle3 adaptive write`)")
     loader = adaptive.release_loader(env.package_dir)
+    mismatch = loader.format_mismatch(path)
+    if mismatch:
+        raise _fail(f"--adaptive {cfg.adaptive}: {mismatch} (SGLang {env.version}); write it with "
+                    f"`sgl-eagle3 adaptive write` against this release")
     try:
         tiers = loader.load(path)
     except (ValueError, AssertionError, KeyError, TypeError, AttributeError) as exc:
@@ -330,6 +334,30 @@ def apply_adaptive(cfg: LaunchConfig, env: SGLangEnv, extra: dict[str, str | boo
                  f"below the largest, and 0.5.13+ refuse a start step outside the candidates); topk 1 is the "
                  f"only one adaptive supports; draft tokens = steps + 1 at topk 1")
     return notes
+
+
+def _bare_adaptive_0516(cfg: LaunchConfig, env: SGLangEnv, extra: dict[str, str | bool]) -> list[str]:
+    """``-- --speculative-adaptive`` (the release's default tiers) on 0.5.16: start at the largest
+    default candidate, because anything below crashes at start there, including SGLang's own pick,
+    the middle candidate (0.5.16 arg_groups/speculative_hook.py _init_adaptive_speculative_params)."""
+    from . import adaptive
+
+    if cfg.no_spec or "--speculative-adaptive" not in extra or not (0, 5, 16) <= env.version_tuple < (0, 5, 17):
+        return []
+    tiers = adaptive.release_loader(env.package_dir).defaults()
+    target = adaptive.launch_steps(tiers)
+    shown = ", ".join(f"{k}: {v}" for k, v in sorted(tiers.items()))
+    if cfg.steps is not None and cfg.steps != target:
+        raise _fail(f"--speculative-adaptive with --steps {cfg.steps} on SGLang {env.version}: its default tiers "
+                    f"({{{shown}}}) reach {target} steps, and a start below the largest candidate crashes at start "
+                    f"('shared logits buffer holds 256 rows but caller needs 512'); use --steps {target}, or "
+                    f"--adaptive FILE with the tiers you want")
+    if cfg.steps is None and cfg.topk is None and cfg.draft_tokens is None:
+        cfg.steps, cfg.topk, cfg.draft_tokens = target, 1, target + 1
+        return [f"--speculative-adaptive with SGLang {env.version}'s default tiers {{{shown}}}: set --steps {target} "
+                f"--topk 1 --draft-tokens {target + 1} (SGLang would start at the middle candidate, and 0.5.16 "
+                f"crashes at start below the largest)"]
+    return []
 
 
 def _check_models(cfg: LaunchConfig, env: SGLangEnv, algo: str | None) -> list[str]:

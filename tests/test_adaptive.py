@@ -170,9 +170,31 @@ def test_launch_adaptive_sets_largest_candidate(version, models, capsys):
 def test_launch_adaptive_flat_release(models, capsys):
     assert _launch(models, "0.5.12.post1", cfg="flat") == 0
     assert "--speculative-num-steps 7" in capsys.readouterr().out
-    # the tiered file is not what 0.5.12.post1 reads: its loader takes it as one flat config with
-    # the default candidates, so the check must come from its own constructor, not from us
-    assert _launch(models, "0.5.12.post1") == 0
+    # a tiered file on 0.5.12.post1: its loader would read it without complaint and ignore the
+    # tiers (default candidates), so the wrapper refuses it
+    assert _launch(models, "0.5.12.post1") == 2
+    assert "would ignore them" in capsys.readouterr().err
+    # and a flat file on 0.5.13+: the release's own loader refuses it (no batch-size key)
+    assert _launch(models, "0.5.23", cfg="flat") == 2
+    assert "integer-string" in capsys.readouterr().err
+
+
+def test_bare_speculative_adaptive_on_0_5_16(models, capsys):
+    """`-- --speculative-adaptive` uses the release's default tiers (1: [1,3,7] ... on 0.5.16)."""
+    root = str(releases.fetch("0.5.16"))
+    base = ["launch", "--sglang-root", root, "--model", models["t"], "--draft", models["d"],
+            "--no-sglang-check", "--dry-run"]
+    assert cli.main([*base, "--", "--speculative-adaptive"]) == 0
+    cap = capsys.readouterr()
+    assert "--speculative-num-steps 7" in cap.out and "default tiers" in cap.err
+    assert cli.main([*base, "--steps", "3", "--topk", "1", "--draft-tokens", "4", "--",
+                     "--speculative-adaptive"]) == 2
+    assert "crashes at start" in capsys.readouterr().err
+    # other releases: SGLang's own choice stands (no steps added)
+    root23 = str(releases.fetch("0.5.23"))
+    assert cli.main(["launch", "--sglang-root", root23, "--model", models["t"], "--draft", models["d"],
+                     "--no-sglang-check", "--dry-run", "--", "--speculative-adaptive"]) == 0
+    assert "--speculative-num-steps" not in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("version,more,needle", [
