@@ -117,16 +117,29 @@ def rich_table(rs: list[dict[str, Any]]) -> Any:
 # ---------------------------------------------------------------- ladders
 
 
+def _sweep_ladders(data: Any) -> list[dict[str, Any]]:
+    """The ladders of a steps x concurrency sweep's finished configs, labelled by config name."""
+    if not isinstance(data, dict) or data.get("schema") != SWEEP_SCHEMA:
+        return []
+    return [{"label": c["name"], "baseline": bool(c.get("baseline")), "levels": c["ladder"]["levels"]}
+            for c in data.get("configs", []) if c.get("status") == "ok" and c.get("ladder")]
+
+
 def is_ladder_set(paths: list[str]) -> bool:
-    """True when the first file is a ladder (then every file must be one)."""
+    """True when the first file is a ladder, or a sweep with ladders (then every file must be)."""
     data = read_json(paths[0])
-    return isinstance(data, dict) and data.get("schema") == LADDER_SCHEMA
+    return isinstance(data, dict) and (data.get("schema") == LADDER_SCHEMA or bool(_sweep_ladders(data)))
 
 
 def load_ladders(paths: list[str]) -> list[dict[str, Any]]:
+    """Ladder documents from ladder files and from steps x concurrency sweeps' results.json."""
     from .bench import load_ladder
 
-    return [load_ladder(p) for p in paths]
+    docs: list[dict[str, Any]] = []
+    for p in paths:
+        from_sweep = _sweep_ladders(read_json(p))
+        docs += from_sweep or [load_ladder(p)]
+    return docs
 
 
 def ladder_rows(docs: list[dict[str, Any]], baseline: str | None = None) -> list[dict[str, Any]]:

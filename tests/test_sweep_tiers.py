@@ -133,6 +133,13 @@ def test_ladder_sweep_tiers_and_adaptive(tmp_path, monkeypatch, capsys):
     assert cli.main(["adaptive", "write", "--from", str(out), "--out", str(a), "--predicted"]) == 0
     assert 2 in json.loads(a.read_text())["8"]["candidate_steps"]
 
+    capsys.readouterr()
+    # compare reads the sweep's ladders per level, the no-spec config as baseline
+    assert cli.main(["compare", str(out / "results.json"), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["concurrency"] for r in rows} == {1, 4, 8}
+    assert [r["config"] for r in rows if r["is_baseline"]] == ["no-spec no-nccl"] * 3
+
     # --report re-reads the folder and gives the same verdict
     assert cli.main(["sweep", "--report", str(out), "--no-plots"]) == 0
     again = json.loads((out / "results.json").read_text())["analysis"]["tiers"]
