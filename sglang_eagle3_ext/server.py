@@ -221,6 +221,12 @@ def override(cfg: LaunchConfig, **values: Any) -> LaunchConfig:
                 changes[k] = None
     elif any(k in changes for k in ("steps", "topk", "draft_tokens", "draft")) and "no_spec" not in changes:
         changes["no_spec"] = False
+    if changes.get("adaptive"):
+        # --adaptive decides the start steps (flags.apply_adaptive); a preset's static spec values
+        # (e.g. topk 4) would contradict it. Values given with --adaptive itself are kept.
+        for k in ("steps", "topk", "draft_tokens"):
+            changes.setdefault(k, None)
+        changes.setdefault("no_spec", False)
     return dataclasses.replace(cfg, **changes)
 
 

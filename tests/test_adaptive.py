@@ -222,6 +222,16 @@ def test_launch_adaptive_no_spec_and_missing_file(models, capsys, tmp_path):
     assert "--no-spec" in err and "no such file" in err
 
 
+def test_adaptive_over_a_static_preset(models, tmp_path, capsys):
+    """--adaptive on a preset with steps 5 / topk 4: the preset's static values give way."""
+    preset = tmp_path / "static.yaml"
+    preset.write_text(f"model: {models['t']}\ndraft: {models['d']}\nsteps: 5\ntopk: 4\ndraft_tokens: 8\n")
+    rc = cli.main(["launch", "--sglang-root", str(releases.fetch("0.5.23")), str(preset), "--adaptive",
+                   models["cfg"], "--no-sglang-check", "--dry-run"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "--speculative-eagle-topk 1" in out and "--speculative-num-steps 7" in out
+
+
 def test_preset_key_adaptive(models, tmp_path, capsys):
     preset = tmp_path / "p.yaml"
     preset.write_text(f"model: {models['t']}\ndraft: {models['d']}\nadaptive: {models['cfg']}\n")
