@@ -57,6 +57,7 @@ class LaunchConfig:
     steps: int | None = None
     topk: int | None = None
     draft_tokens: int | None = None
+    adaptive: str | None = None           # SGLang adaptive config JSON -> --speculative-adaptive
     no_spec: bool = False
     tp: int | None = None
     nccl: str | None = None               # preset name from launch/nccl.yaml, or "none"
@@ -98,7 +99,7 @@ class LaunchConfig:
 FIELDS = {f.name: f for f in dataclasses.fields(LaunchConfig)}
 _INT_KEYS = ("steps", "topk", "draft_tokens", "tp", "profile_every", "port", "nnodes")
 _BOOL_KEYS = ("no_spec", "profile", "sglang_check")
-_STR_KEYS = ("model", "draft", "algorithm", "nccl", "profile_mode", "profile_out", "aux_layers",
+_STR_KEYS = ("model", "draft", "adaptive", "algorithm", "nccl", "profile_mode", "profile_out", "aux_layers",
              "host", "log", "name", "description", "dist_init_addr", "python", "server_module")
 _VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -184,7 +185,8 @@ def config_from_mapping(data: dict[str, Any], origin: str = "preset") -> LaunchC
         elif key in _STR_KEYS:
             if isinstance(value, bool) or not isinstance(value, (str, int, float)):
                 raise UserError(f"{origin}: {raw_key} must be a string, got {value!r}", 2)
-            value = expand(str(value)) if key in ("model", "draft", "log", "profile_out", "python") else str(value)
+            value = (expand(str(value)) if key in ("model", "draft", "adaptive", "log", "profile_out", "python")
+                     else str(value))
         kwargs[key] = value
     return LaunchConfig(**kwargs)
 
@@ -226,6 +228,12 @@ def override(cfg: LaunchConfig, **values: Any) -> LaunchConfig:
                 changes[k] = None
     elif any(k in changes for k in ("steps", "topk", "draft_tokens", "draft")) and "no_spec" not in changes:
         changes["no_spec"] = False
+    if changes.get("adaptive"):
+        # --adaptive decides the start steps (flags.apply_adaptive); a preset's static spec values
+        # (e.g. topk 4) would contradict it. Values given with --adaptive itself are kept.
+        for k in ("steps", "topk", "draft_tokens"):
+            changes.setdefault(k, None)
+        changes.setdefault("no_spec", False)
     return dataclasses.replace(cfg, **changes)
 
 
@@ -254,6 +262,9 @@ def build_command(cfg: LaunchConfig, *, node_rank: int | None = None,
             argv += ["--speculative-eagle-topk", str(cfg.topk)]
         if cfg.draft_tokens is not None:
             argv += ["--speculative-num-draft-tokens", str(cfg.draft_tokens)]
+        if cfg.adaptive:
+            argv += ["--speculative-adaptive", "--speculative-adaptive-config",
+                     str(Path(cfg.adaptive).expanduser().absolute())]
     if cfg.tp is not None and cfg.tp != 1:
         argv += ["--tp-size", str(cfg.tp)]
     if cfg.nnodes > 1:

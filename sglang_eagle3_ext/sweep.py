@@ -22,13 +22,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .bench import BenchOptions, run_bench, write_json
+from .bench import BenchOptions, run_bench, run_ladder, write_json
 from .errors import UserError
 
 SCHEMA = "eagle3_sweep/1"
 MATRIX_KEYS = ("steps", "topk", "draft_tokens", "nccl", "custom_all_reduce")
 TOP_KEYS = {"name", "preset", "launch", "matrix", "baseline", "profile", "profile_every",
-            "profile_mode", "bench"}
+            "profile_mode", "bench", "concurrency"}
 BENCH_KEYS = {"runs", "warmup", "max_tokens", "prompt", "prompts", "concurrency", "ignore_eos",
               "model"}
 LOG_TAIL = 40
@@ -61,6 +61,7 @@ class SweepSpec:
     profile_every: int | None
     profile_mode: str | None
     path: str
+    concurrency: list[int] = dataclasses.field(default_factory=lambda: [1])
 
 
 # ------------------------------------------------------------------ spec
@@ -128,13 +129,22 @@ def load_spec(path: str | Path) -> SweepSpec:
             raise UserError(f"{p}: launch.{k} is set by the sweep per config; put it under matrix "
                             f"(or the top level)", exit_code=2)
     steps_l = _list(matrix.get("steps", []))
+    from .tiers import require_levels
+
+    if "concurrency" in data and "concurrency" in bench:
+        raise UserError(f"{p}: concurrency given twice (top level and bench:); keep one", exit_code=2)
+    levels = require_levels(data.get("concurrency", bench.get("concurrency", 1)), str(p))
+    if 0 in [v for v in steps_l if isinstance(v, int) and not isinstance(v, bool)]:
+        steps_l = [v for v in steps_l if v != 0]  # steps 0 = no speculation: the baseline config
+        data = dict(data, baseline=True)
     topk_l = _list(matrix.get("topk", 1))
     dt_l = _list(matrix.get("draft_tokens", "auto"))
     nccl_l = [_nccl(v) for v in _list(matrix.get("nccl", None))]
     car_l = [_onoff(v, str(p)) for v in _list(matrix.get("custom_all_reduce", True))]
     for name, vals in (("steps", steps_l), ("topk", topk_l)):
         if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in vals):
-            raise UserError(f"{p}: matrix.{name} must be positive integers", exit_code=2)
+            raise UserError(f"{p}: matrix.{name} must be positive integers"
+                            + (" (steps 0 = the no-spec baseline)" if name == "steps" else ""), exit_code=2)
     if any(v != "auto" and (isinstance(v, bool) or not isinstance(v, int) or v < 2) for v in dt_l):
         raise UserError(f"{p}: matrix.draft_tokens are integers >= 2 or 'auto'", exit_code=2)
     baseline = bool(data.get("baseline", True))
@@ -170,7 +180,7 @@ def load_spec(path: str | Path) -> SweepSpec:
                      preset=data.get("preset"), configs=configs, skipped=skipped, bench=bench,
                      profile=bool(data.get("profile", True)),
                      profile_every=int(pe) if pe is not None else None,
-                     profile_mode=data.get("profile_mode"), path=str(p))
+                     profile_mode=data.get("profile_mode"), path=str(p), concurrency=levels)
 
 
 def launch_config(spec: SweepSpec, c: ConfigSpec, cdir: Path) -> Any:
@@ -331,20 +341,34 @@ def _run_one(spec: SweepSpec, c: ConfigSpec, cdir: Path, factory: Callable[[Any,
         prompts = b.get("prompts") or ([b["prompt"]] if b.get("prompt") else None)
         opts = BenchOptions(url=srv.url, label=c.name, runs=int(b.get("runs", 5)),
                             warmup=int(b.get("warmup", 1)), max_tokens=int(b.get("max_tokens", 1000)),
-                            concurrency=int(b.get("concurrency", 1)),
+                            concurrency=spec.concurrency[0],
                             ignore_eos=bool(b.get("ignore_eos", False)), model=b.get("model"))
         if prompts:
             opts.prompts = [str(x) for x in _list(prompts)]
-        result = run_bench(opts)
+        if len(spec.concurrency) > 1:
+            # one ladder per config; "bench" keeps the first level so single-level readers still work
+            ladder = run_ladder(opts, spec.concurrency)
+            write_json(cdir / "ladder.json", ladder)
+            rec["ladder"] = {k: v for k, v in ladder.items() if k != "levels"} | {
+                "levels": [{"concurrency": lv["concurrency"], "summary": lv["summary"]} for lv in ladder["levels"]]}
+            result = ladder["levels"][0]["bench"]
+            if all(lv["summary"]["ok_runs"] == 0 for lv in ladder["levels"]):
+                raise RuntimeError(f"every bench request failed: {result['errors'][:1]}")
+        else:
+            result = run_bench(opts)
         write_json(cdir / "bench.json", result)
         rec["bench"] = result
-        if result["summary"]["ok_runs"] == 0:
+        if result["summary"]["ok_runs"] == 0 and "ladder" not in rec:
             raise RuntimeError(f"every bench request failed: {result['errors'][:1]}")
         rec["status"] = "ok"
         s = result["summary"]
         al = s["accept_length"]
-        log(f"{tag} {c.name}: {s['decode_tok_s']['avg']:.1f} tok/s avg, {s['decode_tok_s']['peak']:.1f} "
-            f"peak" + (f", accept length {al:.2f}" if al else ""))
+        if "ladder" in rec:
+            log(f"{tag} {c.name}: per-stream tok/s by concurrency " + ", ".join(
+                f"{lv['concurrency']}: {lv['summary']['per_stream_tok_s'] or 0:.1f}" for lv in rec["ladder"]["levels"]))
+        else:
+            log(f"{tag} {c.name}: {s['decode_tok_s']['avg']:.1f} tok/s avg, {s['decode_tok_s']['peak']:.1f} "
+                f"peak" + (f", accept length {al:.2f}" if al else ""))
     except KeyboardInterrupt:
         rec["status"] = "interrupted"
         rec["error"] = "interrupted"

@@ -150,7 +150,9 @@ matrix: {steps: [2, 4], topk: [1, 2], draft_tokens: [3, 6], nccl: [none, tuned],
 
 @pytest.mark.parametrize("text, msg", [
     ("matrix: {steps: [2]}\nbogus: 1\n", "unknown key"),
-    ("matrix: {steps: [0]}\n", "positive integers"),
+    ("matrix: {steps: [-1]}\n", "positive integers"),
+    ("matrix: {steps: [2]}\nconcurrency: [1, 1]\n", "distinct"),
+    ("matrix: {steps: [2]}\nconcurrency: [1, 8]\nbench: {concurrency: 2}\n", "given twice"),
     ("matrix: {steps: [2], topk: [4]}\n", "'auto' only means"),
     ("launch: {steps: 3}\nmatrix: {steps: [2]}\n", "set by the sweep"),
     ("matrix: {steps: [2], custom_all_reduce: [maybe]}\n", "on/off"),

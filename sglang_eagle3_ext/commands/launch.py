@@ -29,6 +29,9 @@ def _add_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--steps", type=int, help="--speculative-num-steps")
     g.add_argument("--topk", type=int, help="--speculative-eagle-topk")
     g.add_argument("--draft-tokens", type=int, help="--speculative-num-draft-tokens")
+    g.add_argument("--adaptive", metavar="FILE",
+                   help="SGLang adaptive speculation (0.5.12+, topk 1) with this tier config "
+                        "(sgl-eagle3 adaptive write); --steps/--draft-tokens are set from it")
     g.add_argument("--no-spec", action="store_true", default=None, help="plain decoding (a baseline)")
     g.add_argument("--tp", type=int, help="tensor parallel size")
     g.add_argument("--aux-layers", metavar="LAYERS",
@@ -89,7 +92,7 @@ def build_config(args: argparse.Namespace):
     cfg = server.load_preset(preset) if preset else server.LaunchConfig()
     cfg = server.override(
         cfg, model=args.model, draft=args.draft, algorithm=args.algorithm, steps=args.steps,
-        topk=args.topk, draft_tokens=args.draft_tokens, no_spec=args.no_spec, tp=args.tp,
+        topk=args.topk, draft_tokens=args.draft_tokens, adaptive=args.adaptive, no_spec=args.no_spec, tp=args.tp,
         nccl=args.nccl, profile=args.profile, profile_every=args.profile_every,
         profile_mode=args.profile_mode, profile_out=args.profile_out, aux_layers=args.aux_layers,
         host=args.host, port=args.port, log=args.log, timeout=args.timeout, nnodes=args.nnodes,

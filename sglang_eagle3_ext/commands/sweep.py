@@ -9,7 +9,8 @@ from typing import Any
 from ..console import err, out
 from ..errors import UserError
 
-HELP = "Sweep steps/topk/draft tokens (+ no-spec baseline, NCCL, custom all-reduce): bench each, analyse."
+HELP = ("Sweep steps/topk/draft tokens (+ no-spec baseline, NCCL, custom all-reduce) x concurrency: "
+        "bench each, analyse, recommend per tier.")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -60,6 +61,42 @@ def print_analysis(a: dict[str, Any]) -> None:
     out.print(f"[bold]Recommendation:[/] {a['recommendation']}")
 
 
+def print_tiers(t: dict[str, Any]) -> None:
+    """Steps x concurrency: per-stream tok/s per cell (measured; * = predicted), best per tier."""
+    from rich.table import Table
+
+    meas = {(r["steps"], r["batch_size"]): r["per_stream_tok_s"] for r in t["measured"]}
+    pred = {(r["steps"], r["batch_size"]): r["per_stream_tok_s"] for r in t["predicted"]}
+    steps = sorted({k for k, _ in meas} | {k for k, _ in pred})
+    tab = Table(title="per-stream decode tok/s by concurrency (batch size) and steps (0 = no-spec); "
+                      "* = predicted (cost model)", title_justify="left")
+    tab.add_column("batch size", justify="right")
+    for k in steps:
+        tab.add_column(f"steps {k}", justify="right")
+    tab.add_column("best", justify="right")
+    tab.add_column("spec vs no-spec", justify="right")
+    for r in t["recommendation"]:
+        b = r["batch_size"]
+        cells = []
+        for k in steps:
+            v, star = meas.get((k, b)), ""
+            if v is None and (k, b) in pred:
+                v, star = pred[(k, b)], "*"
+            cells.append("-" if v is None else f"{v:.1f}{star}")
+        g = r["gain_pct"]
+        tab.add_row(str(b), *cells, f"{r['best_steps']}{'' if r['source'] == 'measured' else '*'}",
+                    "-" if g is None else f"{g:+.1f}%")
+    out.print(tab)
+    cm = t.get("cost_model")
+    if cm:
+        out.print(f"Cost model over tokens in flight (probes, steady cycles): verify ms = {cm['verify_ms']} "
+                  f"(RMS {cm['verify_fit']['rms_ms']:.2f} ms, {cm['verify_fit']['n']} points); draft ms/step = "
+                  f"{cm['draft_ms_per_step']}", highlight=False)
+    for n in t.get("notes", []):
+        out.print(f"[dim]note: {n}[/]")
+    out.print(f"[bold]Per tier:[/] {t['sentence']}")
+
+
 def run(args: argparse.Namespace) -> int:
     from .. import sweep
 
@@ -92,6 +129,8 @@ def run(args: argparse.Namespace) -> int:
     out.print(f"Sweep {spec.name}: {len(spec.configs)} config(s) -> {out_dir}")
     for s in spec.skipped:
         out.print(f"  skipped {s['name']}: {s['reason']}")
+    if len(spec.concurrency) > 1:
+        out.print(f"  each config benched at concurrency {', '.join(map(str, spec.concurrency))}")
     if args.plan:
         for c in spec.configs:
             out.print(f"  {c.name}")
@@ -123,16 +162,25 @@ def _report(doc: dict[str, Any], out_dir: Path, no_plots: bool, scratch: bool = 
     if rs:
         out.print(compare.rich_table(rs))
         (out_dir / "table.md").write_text(compare.markdown(rs) + "\n")
+    from .. import tiers
+
     analysis = sweep.analyse(doc)
+    analysis["tiers"] = tiers.analyse(doc, out_dir)
     doc["analysis"] = analysis
     write_json(out_dir / "results.json", doc)
     print_analysis(analysis)
+    if analysis["tiers"]:
+        print_tiers(analysis["tiers"])
     if not no_plots and rs:
         from .. import plot
 
         try:
             for p in plot.plots(doc, out_dir):
                 out.print(f"wrote {p}")
+            ladders = [dict(c["ladder"], label=c["name"]) for c in doc["configs"]
+                       if c.get("status") == "ok" and c.get("ladder")]
+            if ladders:
+                out.print(f"wrote {plot.plot_ladders(ladders, out_dir / 'ladder.png')}")
         except UserError as exc:
             err.print(f"[yellow]plots skipped:[/] {exc}")
     if not scratch:
