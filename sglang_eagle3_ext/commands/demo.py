@@ -87,7 +87,7 @@ def _validate(args: argparse.Namespace) -> None:
     from .. import tiny
 
     tiny.parse_acceptance(args.acceptance)
-    tiny.get_shape(args.shape)
+    tiny.check_device(tiny.get_shape(args.shape), 1)
     if args.steps < 1:
         raise UserError("--steps must be >= 1", exit_code=2)
     if args.runs < 1 or args.max_tokens < 1 or args.profile_every < 1:

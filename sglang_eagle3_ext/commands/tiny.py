@@ -52,7 +52,7 @@ def shape_from_args(args: argparse.Namespace):
 
 
 def validate(args: argparse.Namespace):
-    """Everything checkable before torch is imported: (acceptances, shape, trained_on)."""
+    """Everything checkable before anything is written: (acceptances, shape, trained_on)."""
     from .. import layers, tiny
     from ..tiny import wiring
 
@@ -66,6 +66,7 @@ def validate(args: argparse.Namespace):
         wiring.plan(shape, trained, args.seed)
     if args.device not in (None, "cpu", "cuda") and not str(args.device).startswith("cuda:"):
         raise UserError(f"--device must be cuda or cpu, got {args.device!r}", exit_code=2)
+    tiny.check_device(shape, len(accs), args.device, args.force)
     return accs, shape, trained
 
 

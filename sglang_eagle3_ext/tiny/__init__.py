@@ -103,6 +103,18 @@ def needed_bytes(shape: Shape, n_drafts: int = 1) -> tuple[int, int]:
     return 2 * shape.target_params(), 2 * shape.draft_params() * n_drafts
 
 
+def check_device(s: Shape, n_drafts: int, device: str | None = None, force: bool = False) -> str:
+    """The build device; a real-size shape without a GPU is refused (one line, exit 2)."""
+    dev = pick_device(device)
+    tb, db = needed_bytes(s, n_drafts)
+    if dev == "cpu" and tb + db > CPU_LIMIT_BYTES and not force:
+        raise UserError(f"shape {s.name} needs {(tb + db) / 1e9:.1f} GB of bf16 weights (target "
+                        f"{tb / 1e9:.1f} GB + draft{'s' if n_drafts > 1 else ''} {db / 1e9:.1f} GB) "
+                        "and there is no CUDA GPU here: build it on a GPU, or pass --force",
+                        exit_code=2)
+    return dev
+
+
 def _sglang_version() -> str:
     import importlib.metadata
 
@@ -149,13 +161,7 @@ def build(out_dir: str | Path, acceptance: Acceptance | str | list = "oracle", s
     except ImportError as exc:
         raise UserError(f"tiny models need torch, transformers, tokenizers, safetensors "
                         f"(pip install 'sglang-eagle3-ext[tiny]'): {exc}") from None
-    dev = pick_device(device)
-    tb, db = needed_bytes(s, len(accs))
-    if dev == "cpu" and tb + db > CPU_LIMIT_BYTES and not force:
-        raise UserError(f"shape {s.name} needs {(tb + db) / 1e9:.1f} GB of bf16 weights (target "
-                        f"{tb / 1e9:.1f} GB + draft{'s' if len(accs) > 1 else ''} {db / 1e9:.1f} GB) "
-                        "and there is no CUDA GPU here: build it on a GPU, or pass --force",
-                        exit_code=2)
+    dev = check_device(s, len(accs), device, force)
     out = Path(out_dir)
     _prepare_out(out)
     target = out / "target"
