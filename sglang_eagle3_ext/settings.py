@@ -107,6 +107,16 @@ TINY = Setting("SGLANG_EAGLE3_TINY", _path, None, "folder of the tiny models (`s
                old="SGL_EAGLE3_TINY")
 VENV = Setting("SGLANG_EAGLE3_VENV", _text, ".venv", "virtual environment tools/ci_env.sh builds", "shell",
                old="SGL_EAGLE3_VENV")
+LLAMA3_8B = Setting("SGLANG_EAGLE3_LLAMA3_8B", _path, None, "folder of a `tiny --shape llama3-8b` build, "
+                    "expanded in launch/llama3-8b.yaml", "cli")
+MOE = Setting("SGLANG_EAGLE3_MOE", _path, None, "folder of a `tiny --shape moe` build, expanded in "
+              "launch/moe.yaml", "cli")
+DRAFT = Setting("SGLANG_EAGLE3_DRAFT", _text, None, "draft folder name inside a shape build (e.g. "
+                "draft-0.8 of an acceptance list), expanded in the shape presets", "cli")
+PROFILE_METRICS = Setting("EAGLE3_PROFILE_METRICS", _bool, False, "publish each window on SGLang's "
+                          "/metrics (docs/metrics.md)", "sglang")
+PROFILE_BASELINE_TPS = Setting("EAGLE3_PROFILE_BASELINE_TPS", _float, None, "baseline tok/s for the "
+                               "break-even margin gauge (docs/metrics.md)", "sglang")
 DEBUG = Setting("SGLANG_EAGLE3_DEBUG", _bool, False, "show the traceback of an unexpected error instead "
                 "of the one-line report", "cli")
 # --- ours, written by `launch` and read inside SGLang processes --------------------------------

@@ -22,9 +22,16 @@ def model_env(tmp_path, monkeypatch) -> dict[str, str]:
         "LLAMA31_8B_PATH": write_model(tmp_path / "llama", "LlamaForCausalLM"),
         "LLAMA31_8B_EAGLE3_PATH": write_model(tmp_path / "llama_eagle3", "LlamaForCausalLMEagle3"),
         "SGLANG_EAGLE3_TINY": tmp_path / "tiny",
+        "SGLANG_EAGLE3_LLAMA3_8B": tmp_path / "l8",
+        "SGLANG_EAGLE3_MOE": tmp_path / "moe",
     }
     write_model(tmp_path / "tiny" / "target", "LlamaForCausalLM")
     write_model(tmp_path / "tiny" / "draft", "LlamaForCausalLMEagle3")
+    write_model(tmp_path / "l8" / "target", "LlamaForCausalLM")
+    write_model(tmp_path / "l8" / "draft", "LlamaForCausalLMEagle3")
+    write_model(tmp_path / "moe" / "target", "DeepseekV3ForCausalLM")
+    write_model(tmp_path / "moe" / "draft", "LlamaForCausalLMEagle3")
+    monkeypatch.delenv("SGLANG_EAGLE3_DRAFT", raising=False)
     for k, v in paths.items():
         monkeypatch.setenv(k, str(v))
     for k in ("NCCL_PROTO", "NCCL_ALGO", "NCCL_P2P_LEVEL"):
@@ -74,11 +81,22 @@ def expected(name: str, e: dict[str, str]) -> tuple[list[str], dict[str, str]]:
         "llama31-8b-eagle3": (head + [e["LLAMA31_8B_PATH"]] + spec(e["LLAMA31_8B_EAGLE3_PATH"], 5, 4, 8) + host, {}),
         "tiny": (head + [f"{tiny}/target"] + spec(f"{tiny}/draft", 2, 1, 3) + host + TINY_FLAGS, offline),
         "tiny-nospec": (head + [f"{tiny}/target"] + host + TINY_FLAGS, offline),
+        "llama3-8b": (head + [f"{e['SGLANG_EAGLE3_LLAMA3_8B']}/target"]
+                      + spec(f"{e['SGLANG_EAGLE3_LLAMA3_8B']}/draft", 3, 1, 4) + host + shape_flags("0.6"), offline),
+        "moe": (head + [f"{e['SGLANG_EAGLE3_MOE']}/target"]
+                + spec(f"{e['SGLANG_EAGLE3_MOE']}/draft", 3, 1, 4) + host + shape_flags("0.7"), offline),
     }[name]
 
 
+def shape_flags(mem: str) -> list[str]:
+    """The tiny flags with the real-size shapes' memory fraction (launch/llama3-8b.yaml, moe.yaml)."""
+    flags = list(TINY_FLAGS)
+    flags[flags.index("--mem-fraction-static") + 1] = mem
+    return flags
+
+
 PRESETS = ["kimi-k25-eagle3", "kimi-k25-eagle3-5step", "kimi-k25-nospec", "llama31-8b-eagle3", "tiny",
-           "tiny-nospec"]
+           "tiny-nospec", "llama3-8b", "moe"]
 
 
 def test_every_preset_is_listed():

@@ -230,40 +230,49 @@ def _rope(x, pos: int, theta: float):
 
 
 class DraftEmulator:
-    """Plain-torch LlamaForCausalLMEagle3 (SGLang 0.5.16), greedy topk 1, one sequence."""
+    """Plain-torch LlamaForCausalLMEagle3 (SGLang 0.5.16), greedy topk 1, one sequence.
+
+    Dimensions (heads, KV heads with GQA, head dim, hidden, eps, rope) come from the draft config,
+    so the same emulator checks the built-in tiny draft and every shape scaled down."""
 
     def __init__(self, folder: Path):
-        from safetensors.torch import load_file
+        from sglang_eagle3_ext.tiny.store import load_all
 
-        self.w = {k: v.float() if v.is_floating_point() else v
-                  for k, v in load_file(str(folder / "model.safetensors")).items()}
+        self.w = {k: v.float() if v.is_floating_point() else v for k, v in load_all(folder).items()}
         self.cfg = json.loads((folder / "config.json").read_text())
         self.theta = self.cfg["rope_theta"]
+        self.H = self.cfg["hidden_size"]
+        self.nh = self.cfg["num_attention_heads"]
+        self.nkv = self.cfg["num_key_value_heads"]
+        self.hd = self.cfg.get("head_dim") or self.H // self.nh
+        self.eps = self.cfg["rms_norm_eps"]
         self.keys: list = []
         self.values: list = []
 
     def step(self, token: int, hidden, pos: int):
-        w, nh, hd = self.w, tiny.HEADS, tiny.HEAD_DIM
+        w, nh, hd, eps = self.w, self.nh, self.hd, self.eps
         p = "midlayer."
-        if hidden.shape[-1] != tiny.HIDDEN:
+        if hidden.shape[-1] != self.H:
             hidden = hidden @ w["fc.weight"].T
         residual = hidden
-        x = torch.cat([_rms(w["embed_tokens.weight"][token], w[p + "input_layernorm.weight"]),
-                       _rms(hidden, w[p + "hidden_norm.weight"])])
+        x = torch.cat([_rms(w["embed_tokens.weight"][token], w[p + "input_layernorm.weight"], eps),
+                       _rms(hidden, w[p + "hidden_norm.weight"], eps)])
         q = (x @ w[p + "self_attn.q_proj.weight"].T).view(nh, hd)
-        k = (x @ w[p + "self_attn.k_proj.weight"].T).view(tiny.KV_HEADS, hd)
-        v = (x @ w[p + "self_attn.v_proj.weight"].T).view(tiny.KV_HEADS, hd)
+        k = (x @ w[p + "self_attn.k_proj.weight"].T).view(self.nkv, hd)
+        v = (x @ w[p + "self_attn.v_proj.weight"].T).view(self.nkv, hd)
         q, k = _rope(q, pos, self.theta), _rope(k, pos, self.theta)
         self.keys.append(k)
         self.values.append(v)
-        K, V = torch.stack(self.keys, 1), torch.stack(self.values, 1)  # [kvh, n, hd]
+        rep = nh // self.nkv
+        K = torch.stack(self.keys, 1).repeat_interleave(rep, 0)  # [heads, n, hd]
+        V = torch.stack(self.values, 1).repeat_interleave(rep, 0)
         att = torch.softmax((q.unsqueeze(1) @ K.transpose(1, 2)) * hd**-0.5, dim=-1)
         o = (att @ V).reshape(-1) @ w[p + "self_attn.o_proj.weight"].T
         s = o + residual
-        y = _rms(s, w[p + "post_attention_layernorm.weight"])
+        y = _rms(s, w[p + "post_attention_layernorm.weight"], eps)
         gate, up = y @ w[p + "mlp.gate_proj.weight"].T, y @ w[p + "mlp.up_proj.weight"].T
         s2 = (torch.nn.functional.silu(gate) * up) @ w[p + "mlp.down_proj.weight"].T + s
-        normed = _rms(s2, w["norm.weight"])
+        normed = _rms(s2, w["norm.weight"], eps)
         logits = normed @ w["lm_head.weight"].T
         d = int(logits.argmax())
         hot = d + int(w["d2t"][d])

@@ -22,11 +22,14 @@ HELP = "One-command demo: tiny models, probes, profiled EAGLE-3 server, bench, p
 # Small-footprint server flags every release we know accepts; --server-args adds more
 # (e.g. the H200 bundle's "--attention-backend triton --sampling-backend pytorch ...").
 BASE_SERVER_ARGS = ["--mem-fraction-static", "0.3", "--max-running-requests", "8"]
+SHAPE_MEM_FRACTION = {"llama3-8b": "0.6", "moe": "0.7"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--acceptance", default="oracle", metavar="oracle|random|P",
                    help="tiny draft quality (see `sgl-eagle3 tiny`; default oracle)")
+    p.add_argument("--shape", default="tiny", metavar="NAME",
+                   help="model shape passed to `sgl-eagle3 tiny --shape` (tiny, llama3-8b, moe)")
     p.add_argument("--steps", type=int, default=2, help="EAGLE3 steps (topk 1, steps+1 draft tokens)")
     p.add_argument("--route", choices=("auto", "patch", "plugin"), default="auto",
                    help="how probes get in: plugin (SGLang 0.5.11+) or source patch; auto prefers plugin")
@@ -46,6 +49,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0,
                    help="random seed of the tiny models' weights (default 0; same seed, same models)")
     p.add_argument("--dry-run", action="store_true", help="show what would run, even on a GPU")
+
+
+def server_args(shape: str) -> list[str]:
+    """BASE_SERVER_ARGS, with room for the weights of a real-size shape (16 / 56 GB)."""
+    mem = SHAPE_MEM_FRACTION.get(shape)
+    return BASE_SERVER_ARGS if mem is None else ["--mem-fraction-static", mem] + BASE_SERVER_ARGS[2:]
 
 
 def metrics_args(env) -> list[str]:
@@ -81,6 +90,7 @@ def _validate(args: argparse.Namespace) -> None:
     from .. import tiny
 
     tiny.parse_acceptance(args.acceptance)
+    tiny.check_device(tiny.get_shape(args.shape), 1)
     if args.steps < 1:
         raise UserError("--steps must be >= 1", exit_code=2)
     if args.runs < 1 or args.max_tokens < 1 or args.profile_every < 1:
@@ -111,8 +121,8 @@ def run(args: argparse.Namespace) -> int:
               f"GPU: {gpu or 'none'}" + ("" if live else " -> dry run: nothing is launched or changed"))
 
     model_dir = Path(args.models).absolute() if args.models else outdir / "models"
-    _step(1, f"tiny models (acceptance={args.acceptance}) -> {model_dir}")
-    models = tiny.build(model_dir, args.acceptance, seed=args.seed)
+    _step(1, f"{'tiny' if args.shape == 'tiny' else args.shape} models (acceptance={args.acceptance}) -> {model_dir}")
+    models = tiny.build(model_dir, args.acceptance, seed=args.seed, shape=args.shape)
     expected = models.info["expected_accept_len"].get(str(args.steps))
 
     _step(2, "probes: " + ("plugin (EAGLE3_PROFILE=1 activates it in every SGLang process)"
@@ -130,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         topk=1, draft_tokens=args.steps + 1, profile=True, profile_every=args.profile_every,
         profile_mode=args.profile_mode, profile_out=str(outdir / "profile.jsonl"),
         port=args.port, log=str(outdir / "server.log"), timeout=args.timeout,
-        extra_args=BASE_SERVER_ARGS + metrics_args(env) + shlex.split(args.server_args), name="demo")
+        extra_args=server_args(args.shape) + metrics_args(env) + shlex.split(args.server_args), name="demo")
     if route == "source-patch":
         cfg.env["SGLANG_PLUGINS"] = "none"  # one recorder only: the patched code
     argv, add_env = srv.build_command(cfg)

@@ -1,4 +1,4 @@
-"""`sgl-eagle3 tiny`: build the built-in tiny target + EAGLE-3 draft (no download)."""
+"""`sgl-eagle3 tiny`: build a target + EAGLE-3 draft(s) offline (built-in tiny or a real shape)."""
 
 from __future__ import annotations
 
@@ -6,44 +6,117 @@ import argparse
 import time
 
 from ..console import err, out, print_json
+from ..errors import UserError
 from ..resources import output_dir
 
-HELP = "Build a tiny Llama target + EAGLE-3 draft + tokenizer offline, with a chosen acceptance."
+HELP = "Build a tiny (or real-shape) target + EAGLE-3 draft + tokenizer offline, with a chosen acceptance."
+
+SHAPE_FLAGS = (("layers", "decoder layers"), ("hidden", "hidden size"),
+               ("intermediate", "MLP width (DeepSeek: the dense layers)"),
+               ("heads", "attention heads"), ("kv-heads", "KV heads (llama)"),
+               ("head-dim", "head dim (llama)"), ("vocab", "embedding / lm_head rows (>= 2048)"),
+               ("draft-vocab", "draft vocab (hot set = target ids [0, N))"),
+               ("experts", "routed experts (moe)"), ("active-experts", "experts per token (moe)"),
+               ("moe-intermediate", "expert MLP width (moe)"))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="folder to write target/ and draft/ into")
-    p.add_argument("--acceptance", default="oracle", metavar="oracle|random|P",
+    p.add_argument("--acceptance", default="oracle", metavar="oracle|random|P[,P...]",
                    help="oracle: draft always right (accept length = steps+1); random: ~1; "
-                        "P in [0,1]: draft right with probability ~P per position (default oracle)")
+                        "P in [0,1]: draft right with probability ~P per position; a comma list of P "
+                        "builds one target and draft-P/ per value (default oracle)")
+    p.add_argument("--shape", default="tiny", metavar="NAME",
+                   help="tiny (default), llama3-8b (Llama-3.1-8B dims) or moe (DeepSeek-V3/Kimi "
+                        "architecture, 16 layers, 32 experts)")
+    g = p.add_argument_group("shape overrides")
+    for flag, what in SHAPE_FLAGS:
+        g.add_argument(f"--{flag}", type=str, default=None, metavar="N", help=what)
+    g.add_argument("--set", action="append", metavar="FIELD=N", default=None,
+                   help="any integer shape field, e.g. q_lora_rank=64 (repeatable; docs/tiny.md)")
+    p.add_argument("--trained-on", metavar="LAYERS", default=None,
+                   help="wiring construction: the draft is right only when SGLang captures the "
+                        "outputs of exactly these layers (our convention, e.g. 2,16,29); needs P")
     p.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
+    p.add_argument("--force", action="store_true", help="build a real-size shape even without a GPU")
+    p.add_argument("--device", default=None, metavar="cuda|cpu", help="build device (default cuda if any)")
     p.add_argument("--json", action="store_true", help="print tiny.json instead of a summary")
+
+
+def shape_from_args(args: argparse.Namespace):
+    """The Shape the flags ask for (UserError exit 2 on a bad value); no torch import."""
+    from ..tiny import shapes
+
+    fields = {flag.replace("-", "_"): getattr(args, flag.replace("-", "_"), None) for flag, _ in SHAPE_FLAGS}
+    fields.update(shapes.parse_set(getattr(args, "set", None)))
+    return shapes.get_shape(getattr(args, "shape", None) or "tiny", **fields)
+
+
+def validate(args: argparse.Namespace):
+    """Everything checkable before anything is written: (acceptances, shape, trained_on)."""
+    from .. import layers, tiny
+    from ..tiny import wiring
+
+    accs = tiny.parse_acceptances(args.acceptance)
+    shape = shape_from_args(args)
+    trained = None
+    if getattr(args, "trained_on", None):
+        trained = layers.parse_layers(args.trained_on)
+        if isinstance(accs[0], str):
+            raise UserError("--trained-on needs --acceptance P (or a list of P)", exit_code=2)
+        wiring.plan(shape, trained, args.seed)
+    if args.device not in (None, "cpu", "cuda") and not str(args.device).startswith("cuda:"):
+        raise UserError(f"--device must be cuda or cpu, got {args.device!r}", exit_code=2)
+    tiny.check_device(shape, len(accs), args.device, args.force)
+    return accs, shape, trained
 
 
 def run(args: argparse.Namespace) -> int:
     from .. import tiny
 
-    acc = tiny.parse_acceptance(args.acceptance)  # validate before importing torch
+    accs, shape, trained = validate(args)  # before importing torch
     output_dir(args.out)  # /etc/passwd/x, no permission: one line before any model is built
     t0 = time.perf_counter()
-    err.print(f"building tiny models (acceptance={acc}, seed={args.seed}) ...")
-    models = tiny.build(args.out, acc, seed=args.seed)
+    label = ",".join(tiny.acceptance_label(a) for a in accs)
+    what = "tiny models" if shape.name == "tiny" and not shape.overrides else f"{shape.name} models"
+    err.print(f"building {what} (acceptance={label if len(accs) > 1 else accs[0]}, seed={args.seed}) ...")
+    models = tiny.build(args.out, args.acceptance, seed=args.seed, shape=shape, trained_on=trained,
+                        force=args.force, device=args.device)
     if args.json:
         print_json(models.info)
         return 0
     info = models.info
-    out.print(f"target: {models.target}  (LlamaForCausalLM, {info['layers']} layers, hidden "
-              f"{info['hidden']}, vocab {info['vocab']})")
-    out.print(f"draft:  {models.draft}  (LlamaForCausalLMEagle3, 1 layer, draft vocab "
-              f"{info['draft_vocab']}, aux layers {info['aux_layers']})")
-    exp = info["expected_accept_len"]
-    out.print("expected accept length (incl. bonus), greedy, topk 1: "
-              + ", ".join(f"{s} steps {exp[s]:.2f}" for s in ("1", "2", "3", "4")))
-    if "per_position" in info:
-        out.print("per-position acceptance at 4 steps: "
-                  + ", ".join(f"{r:.2f}" for r in info["per_position"]["4"])
-                  + f"  (needs SGLang {info['min_sglang']})")
+    if shape.name == "tiny" and not shape.overrides:
+        out.print(f"target: {models.target}  (LlamaForCausalLM, {info['layers']} layers, hidden "
+                  f"{info['hidden']}, vocab {info['vocab']})")
+    else:
+        out.print(f"target: {models.target}  ({shape.describe()}, {info['target_bytes'] / 1e9:.2f} GB)",
+                  highlight=False)
+    multi = len(models.drafts) > 1
+    for lab, folder in models.drafts.items():
+        d = info["drafts"][lab] if multi else info
+        out.print(f"draft:  {folder}  (LlamaForCausalLMEagle3, 1 layer, draft vocab "
+                  f"{info['draft_vocab']}, aux layers {info['aux_layers'] if 'trained_on' not in info else info['trained_on']}"
+                  + (f", config ids {info['aux_config_ids']}" if "aux_config_ids" in info else "") + ")",
+                  highlight=False)
+        exp = d["expected_accept_len"]
+        out.print(("  " if multi else "") + "expected accept length (incl. bonus), greedy, topk 1: "
+                  + ", ".join(f"{s} steps {exp[s]:.2f}" for s in ("1", "2", "3", "4")), highlight=False)
+        if "per_position" in d:
+            out.print(("  " if multi else "") + "per-position acceptance at 4 steps: "
+                      + ", ".join(f"{r:.2f}" for r in d["per_position"]["4"])
+                      + f"  (needs SGLang {info['min_sglang']})", highlight=False)
+    if "wiring" in info:
+        w = info["wiring"]
+        ok = ",".join(map(str, w["trained_on"]))
+        out.print(f"wiring: trained on outputs of layers {ok}; draft config ids {w['aux_config_ids']} -> "
+                  f"SGLang {w['judged_for_sglang']} captures {','.join(map(str, w['default_capture']))} "
+                  f"by default ({'right' if w['default_capture_right'] else 'WRONG: accept length ~1.0'}); "
+                  f"right capture: {w['expected_accept_len_right']['3']:.2f} at 3 steps; fix: {w['fix']}",
+                  highlight=False)
+        out.print(f"check:  sgl-eagle3 layers check --target {models.target} --draft {models.draft} "
+                  f"--trained-on {ok}", highlight=False)
     out.print(f"launch: --model-path {models.target} --speculative-algorithm EAGLE3 "
-              f"--speculative-draft-model-path {models.draft}")
+              f"--speculative-draft-model-path {models.draft}", highlight=False)
     err.print(f"done in {time.perf_counter() - t0:.1f} s")
     return 0
