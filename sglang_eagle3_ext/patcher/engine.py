@@ -185,7 +185,7 @@ def apply(env: SGLangEnv, *, only: list[str] | None = None, aux_layers: str | No
             if f.action == "restore":  # on its way back to the original bytes
                 e = prev_files[f.rel]
                 pending[f.rel] = {"before": e["before"], "after": e["before"],
-                                  "previous": _previous(e), "patches": []}
+                                  "previous": _previous(e), "patches": e.get("patches", [])}
         head = {"sglang_version": env.version, "families": env.families,
                 "applied_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "tool_version": __version__,
                 "patches": names, "aux_layers": pl.options["aux_layers"]}
