@@ -80,7 +80,7 @@ def _base_bytes(env: SGLangEnv, rel: str, current: bytes, entry: dict | None, er
     h = mf.sha256(current)
     if h == entry["before"]:
         return current
-    if h in (entry["after"], entry.get("previous")):  # patched by this set, or by the one before
+    if h in _ours(entry):  # patched by this set, or by one before it (an interrupted switch)
         pristine = mf.pristine_path(env.package_dir, rel)
         data = pristine.read_bytes() if pristine.is_file() else b""
         if mf.sha256(data) != entry["before"]:
@@ -226,11 +226,16 @@ def _roll_back(env: SGLangEnv, written: list[FilePlan], previous: dict[str, Any]
         shutil.rmtree(mf.state_dir(env.package_dir) / "pristine", ignore_errors=True)
 
 
-def _previous(entry: dict[str, Any] | None) -> str | None:
-    """The patched hash a file may still have from the set applied before (None: none)."""
-    if entry is None or entry["after"] == entry["before"]:
-        return entry.get("previous") if entry else None
-    return entry["after"]
+def _ours(entry: dict[str, Any]) -> set[str]:
+    """Every patched hash a file in this entry may have: its target and those of earlier sets
+    that an interrupted run had not replaced yet (``previous``; a str in older manifests)."""
+    prev = entry.get("previous") or []
+    return ({entry["after"]} | set([prev] if isinstance(prev, str) else prev)) - {entry["before"]}
+
+
+def _previous(entry: dict[str, Any] | None) -> list[str]:
+    """The patched hashes a file may still have from the sets applied before this run."""
+    return sorted(_ours(entry)) if entry else []
 
 
 def _drop_orphans(env: SGLangEnv, keep: set[str]) -> None:
@@ -293,7 +298,7 @@ def revert(env: SGLangEnv, *, force: bool = False) -> RevertReport:
                 continue
             if orig is None or mf.sha256(orig) != entry["before"]:
                 raise UserError(f"refused, nothing written: pristine copy of {rel} is missing or corrupted")
-            if h in (entry["after"], entry.get("previous")):
+            if h in _ours(entry):
                 todo.append((rel, orig))
             else:
                 drifted.append(rel)
@@ -350,8 +355,8 @@ def status(env: SGLangEnv, specs_dir: Path | None = None) -> dict[str, Any]:
                 state = "missing"
             else:
                 h = mf.sha256(p.read_bytes())
-                state = {entry.get("previous"): "patched (previous set)", entry["after"]: "patched",
-                         entry["before"]: "original"}.get(h, "drifted")
+                state = ("original" if h == entry["before"] else "patched" if h == entry["after"]
+                         else "patched (previous set)" if h in _ours(entry) else "drifted")
             files.append({"path": rel, "state": state, "patches": entry.get("patches", [])})
     else:
         for rel in _marked_files(env, specs_dir):
