@@ -20,7 +20,7 @@ from .. import __version__
 from ..errors import UserError
 from ..sglang_env import SGLangEnv
 from . import manifest as mf
-from .spec import Patch, load_specs, select
+from .spec import Patch, load_specs, select, version_matches
 from .transform import MARKER, FileResult, transform_source
 
 
@@ -92,6 +92,30 @@ def _base_bytes(env: SGLangEnv, rel: str, current: bytes, entry: dict | None, er
     return None
 
 
+def _check_structure(env: SGLangEnv, specs: list[Patch], chosen: list[Patch]) -> None:
+    """The version only confirms what the source shows: a patch left out by its version range
+    alone, whose class and method are in this tree while no chosen patch covers that method, means
+    the version number and the code disagree (a dev build, a relabelled or hand-built tree).
+    Refuse with that reason instead of silently leaving a hook out."""
+    from ..sglang_env import _method, _tree
+
+    covered = {(p.file, m) for p in chosen for m in p.method}
+    for q in specs:
+        if q in chosen or q.requires_option or not q.cls or any(ch in q.file for ch in "*?["):
+            continue
+        if (q.family and not any(f in env.families for f in q.family)) or version_matches(env.version, q.versions):
+            continue  # left out by its family, or not left out at all
+        if any((q.file, m) in covered for m in q.method) or not env.path(q.file).is_file():
+            continue
+        tree = _tree(env.path(q.file))
+        if any(_method(tree, q.cls, m) is not None for m in q.method):
+            raise UserError(
+                f"refused, nothing written: SGLang {env.version} is outside patch {q.name}'s range "
+                f"({q.versions}), but its source has {q.cls}.{'/'.join(q.method)} in {q.file}, which "
+                "that patch is for: the version number and the code disagree (a dev build or a "
+                "relabelled tree?); install a release, or fix the version in _version.py/METADATA")
+
+
 def plan(env: SGLangEnv, *, only: list[str] | None = None, aux_layers: str | None = None,
          specs_dir: Path | None = None) -> Plan:
     """Everything apply would write, computed in memory; raises UserError on any anchor problem."""
@@ -99,6 +123,7 @@ def plan(env: SGLangEnv, *, only: list[str] | None = None, aux_layers: str | Non
     options = {"aux_layers": _norm_aux(aux_layers, previous)}
     specs = load_specs(specs_dir)
     chosen = select(specs, env, only=only, options=options)
+    _check_structure(env, specs, chosen)
     if not chosen:
         unknown = [f for f in env.families if f.endswith("?")]
         why = (f"; its eagle worker has a layout this tool does not know ({', '.join(unknown)}: no "
