@@ -174,3 +174,34 @@ def test_kill_after_every_write_is_recoverable(tmp_path, version, scenario):
         assert engine.status(locate(root))["state"] == final_state, n
         assert not list(pkg.rglob("*.tmp")), n
         assert _files(pkg).keys() == final_files.keys(), n
+
+
+def test_a_second_kill_during_recovery_is_recoverable(tmp_path):
+    """Switch 2,30,58 -> 1,2,3 killed half-way, then a switch to 4,5,6 killed after every write:
+    files may now hold any of three patched versions; revert and a re-run still work (0.5.23)."""
+    root = _trimmed_copy("0.5.23", tmp_path / "tree")
+    pkg = root / "sglang"
+    orig = _py_hashes(pkg)
+    engine.apply(locate(root), aux_layers="2,30,58")
+    start = _files(pkg)
+    first = _count_points(lambda: engine.apply(locate(root), aux_layers="1,2,3"))
+    _restore(pkg, start)
+    assert _killed_at(lambda: engine.apply(locate(root), aux_layers="1,2,3"), first // 2) == KILLED
+    crashed = _files(pkg)
+
+    def second():
+        return engine.apply(locate(root), aux_layers="4,5,6")
+
+    points = _count_points(second)
+    final = _py_hashes(pkg)
+    for n in range(1, points + 1):
+        _restore(pkg, crashed)
+        assert _killed_at(second, n) == KILLED
+        st = engine.status(locate(root))
+        assert st["state"] == "interrupted" or (st["state"] == "patched" and _py_hashes(pkg) == final), n
+        again = _files(pkg)
+        engine.revert(locate(root))
+        assert _py_hashes(pkg) == orig and not list(pkg.rglob("*.tmp")), n
+        _restore(pkg, again)
+        second()
+        assert _py_hashes(pkg) == final and engine.status(locate(root))["state"] == "patched", n

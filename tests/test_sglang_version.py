@@ -74,3 +74,19 @@ def test_worker_with_syntax_error_is_one_line(release_copy, capsys, cmd):
     rc = cli.main([*cmd, "--sglang-root", str(root)])
     err = capsys.readouterr().err
     assert rc != 0 and "not valid Python" in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("release", ["0.5.23", "0.5.12.post1"])
+def test_version_and_structure_disagree_is_refused_with_the_reason(release_copy, capsys, release):
+    """A tree whose version says 0.5.11 but whose V2 worker has on_verify_complete_cpu (0.5.12+):
+    before, 0.5.23 silently lost the accept hook and 0.5.12.post1 failed on an unrelated anchor."""
+    root = release_copy(release)
+    _strip_dist_info(root)
+    vf = root / "sglang" / "_version.py"
+    vf.write_text(vf.read_text().replace(f"'{release}'", "'0.5.11'"))
+    assert locate(root).version == "0.5.11"
+    assert cli.main(["patch", "apply", "--sglang-root", str(root)]) == 1
+    err = capsys.readouterr().err
+    assert "version number and the code disagree" in err and "on_verify_complete_cpu" in err, err
+    assert len(err.strip().splitlines()) == 1
+    assert not (root / "sglang" / ".sglang-eagle3-ext").exists()

@@ -20,7 +20,7 @@ from .. import __version__
 from ..errors import UserError
 from ..sglang_env import SGLangEnv
 from . import manifest as mf
-from .spec import Patch, load_specs, select
+from .spec import Patch, load_specs, select, version_matches
 from .transform import MARKER, FileResult, transform_source
 
 
@@ -80,7 +80,7 @@ def _base_bytes(env: SGLangEnv, rel: str, current: bytes, entry: dict | None, er
     h = mf.sha256(current)
     if h == entry["before"]:
         return current
-    if h in (entry["after"], entry.get("previous")):  # patched by this set, or by the one before
+    if h in _ours(entry):  # patched by this set, or by one before it (an interrupted switch)
         pristine = mf.pristine_path(env.package_dir, rel)
         data = pristine.read_bytes() if pristine.is_file() else b""
         if mf.sha256(data) != entry["before"]:
@@ -92,6 +92,30 @@ def _base_bytes(env: SGLangEnv, rel: str, current: bytes, entry: dict | None, er
     return None
 
 
+def _check_structure(env: SGLangEnv, specs: list[Patch], chosen: list[Patch]) -> None:
+    """The version only confirms what the source shows: a patch left out by its version range
+    alone, whose class and method are in this tree while no chosen patch covers that method, means
+    the version number and the code disagree (a dev build, a relabelled or hand-built tree).
+    Refuse with that reason instead of silently leaving a hook out."""
+    from ..sglang_env import _method, _tree
+
+    covered = {(p.file, m) for p in chosen for m in p.method}
+    for q in specs:
+        if q in chosen or q.requires_option or not q.cls or any(ch in q.file for ch in "*?["):
+            continue
+        if (q.family and not any(f in env.families for f in q.family)) or version_matches(env.version, q.versions):
+            continue  # left out by its family, or not left out at all
+        if any((q.file, m) in covered for m in q.method) or not env.path(q.file).is_file():
+            continue
+        tree = _tree(env.path(q.file))
+        if any(_method(tree, q.cls, m) is not None for m in q.method):
+            raise UserError(
+                f"refused, nothing written: SGLang {env.version} is outside patch {q.name}'s range "
+                f"({q.versions}), but its source has {q.cls}.{'/'.join(q.method)} in {q.file}, which "
+                "that patch is for: the version number and the code disagree (a dev build or a "
+                "relabelled tree?); install a release, or fix the version in _version.py/METADATA")
+
+
 def plan(env: SGLangEnv, *, only: list[str] | None = None, aux_layers: str | None = None,
          specs_dir: Path | None = None) -> Plan:
     """Everything apply would write, computed in memory; raises UserError on any anchor problem."""
@@ -99,6 +123,7 @@ def plan(env: SGLangEnv, *, only: list[str] | None = None, aux_layers: str | Non
     options = {"aux_layers": _norm_aux(aux_layers, previous)}
     specs = load_specs(specs_dir)
     chosen = select(specs, env, only=only, options=options)
+    _check_structure(env, specs, chosen)
     if not chosen:
         unknown = [f for f in env.families if f.endswith("?")]
         why = (f"; its eagle worker has a layout this tool does not know ({', '.join(unknown)}: no "
@@ -185,7 +210,7 @@ def apply(env: SGLangEnv, *, only: list[str] | None = None, aux_layers: str | No
             if f.action == "restore":  # on its way back to the original bytes
                 e = prev_files[f.rel]
                 pending[f.rel] = {"before": e["before"], "after": e["before"],
-                                  "previous": _previous(e), "patches": []}
+                                  "previous": _previous(e), "patches": e.get("patches", [])}
         head = {"sglang_version": env.version, "families": env.families,
                 "applied_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "tool_version": __version__,
                 "patches": names, "aux_layers": pl.options["aux_layers"]}
@@ -226,11 +251,16 @@ def _roll_back(env: SGLangEnv, written: list[FilePlan], previous: dict[str, Any]
         shutil.rmtree(mf.state_dir(env.package_dir) / "pristine", ignore_errors=True)
 
 
-def _previous(entry: dict[str, Any] | None) -> str | None:
-    """The patched hash a file may still have from the set applied before (None: none)."""
-    if entry is None or entry["after"] == entry["before"]:
-        return entry.get("previous") if entry else None
-    return entry["after"]
+def _ours(entry: dict[str, Any]) -> set[str]:
+    """Every patched hash a file in this entry may have: its target and those of earlier sets
+    that an interrupted run had not replaced yet (``previous``; a str in older manifests)."""
+    prev = entry.get("previous") or []
+    return ({entry["after"]} | set([prev] if isinstance(prev, str) else prev)) - {entry["before"]}
+
+
+def _previous(entry: dict[str, Any] | None) -> list[str]:
+    """The patched hashes a file may still have from the sets applied before this run."""
+    return sorted(_ours(entry)) if entry else []
 
 
 def _drop_orphans(env: SGLangEnv, keep: set[str]) -> None:
@@ -293,7 +323,7 @@ def revert(env: SGLangEnv, *, force: bool = False) -> RevertReport:
                 continue
             if orig is None or mf.sha256(orig) != entry["before"]:
                 raise UserError(f"refused, nothing written: pristine copy of {rel} is missing or corrupted")
-            if h in (entry["after"], entry.get("previous")):
+            if h in _ours(entry):
                 todo.append((rel, orig))
             else:
                 drifted.append(rel)
@@ -350,8 +380,8 @@ def status(env: SGLangEnv, specs_dir: Path | None = None) -> dict[str, Any]:
                 state = "missing"
             else:
                 h = mf.sha256(p.read_bytes())
-                state = {entry.get("previous"): "patched (previous set)", entry["after"]: "patched",
-                         entry["before"]: "original"}.get(h, "drifted")
+                state = ("original" if h == entry["before"] else "patched" if h == entry["after"]
+                         else "patched (previous set)" if h in _ours(entry) else "drifted")
             files.append({"path": rel, "state": state, "patches": entry.get("patches", [])})
     else:
         for rel in _marked_files(env, specs_dir):

@@ -148,6 +148,14 @@ def locked(package_dir: Path, timeout: float = 10.0) -> Iterator[None]:
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
+def _hashes_ok(v: Any) -> bool:
+    """``previous``: absent, one sha256 (older manifests) or a list of them."""
+    if v is None:
+        return True
+    items = [v] if isinstance(v, str) else v
+    return isinstance(items, list) and all(isinstance(x, str) and _HEX64.match(x) for x in items)
+
+
 def read(package_dir: Path) -> dict[str, Any] | None:
     """The manifest, shape-checked: a damaged one is one clear error, never a KeyError later."""
     p = state_dir(package_dir) / "manifest.json"
@@ -171,8 +179,7 @@ def read(package_dir: Path) -> dict[str, Any] | None:
         ok = (isinstance(entry, dict) and isinstance(entry.get("before"), str)
               and _HEX64.match(entry["before"]) and isinstance(entry.get("after"), str)
               and _HEX64.match(entry["after"])
-              and (entry.get("previous") is None
-                   or (isinstance(entry["previous"], str) and _HEX64.match(entry["previous"])))
+              and _hashes_ok(entry.get("previous"))
               and isinstance(entry.get("patches", []), list)
               and ".." not in Path(rel).parts and not Path(rel).is_absolute())
         if not ok:
