@@ -390,3 +390,39 @@ def test_demo_shape_pass_through_refusals(tmp_path, args, want):
         pytest.skip("checks the no-GPU refusal")
     r = _cli(["demo", "--dry-run", "--out", str(tmp_path / "d"), *args])
     assert r.returncode == 2 and want in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("base", ["llama", "moe"])
+def test_gpu_code_path_bf16_exact(tmp_path, base):
+    """The GPU build path (bf16 tensors from the start: Gen on 'cpu:bf16'), checked with a bf16
+    transformers forward: greedy == f, and the wiring block is exactly +-kappa at the output of L
+    and exactly 0 after layer L+1 erased it (the powers-of-two design, no rounding left)."""
+    args = (LLAMA_SMALL if base == "llama" else MOE_SMALL)
+    shape = cli_shape(args)
+    m = tiny.build(tmp_path / "w", 0.8, shape=shape, trained_on=TRAINED, device="cpu:bf16")
+    assert m.info["device"] == "cpu:bf16"
+    maps = json.loads((m.root / "maps.json").read_text())
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(m.target), dtype=torch.bfloat16).eval()
+    ctx = _contexts(8, seed=4, length=10)
+    with torch.no_grad():
+        out = model(torch.tensor(ctx), output_hidden_states=True)
+    assert out.logits[:, -1].argmax(-1).tolist() == [maps["f"][c[-1]] for c in ctx]
+    lay = m.info["wiring"]["layout"]
+    hs = out.hidden_states
+    for L in TRAINED:
+        a, b = lay["blocks"][str(L)]
+        assert set(hs[L + 1][..., a:b].abs().unique().tolist()) == {4.0}
+        assert not hs[L + 2][..., a:b].any() and not hs[L][..., a:b].any()
+
+
+def cli_shape(args: list[str]):
+    """The Shape the tiny command builds from these flags."""
+    import argparse
+
+    from sglang_eagle3_ext.commands import tiny as cmd
+
+    p = argparse.ArgumentParser()
+    cmd.add_arguments(p)
+    return cmd.shape_from_args(p.parse_args(["--out", "x", *args]))

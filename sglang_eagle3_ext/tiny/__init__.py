@@ -107,7 +107,7 @@ def check_device(s: Shape, n_drafts: int, device: str | None = None, force: bool
     """The build device; a real-size shape without a GPU is refused (one line, exit 2)."""
     dev = pick_device(device)
     tb, db = needed_bytes(s, n_drafts)
-    if dev == "cpu" and tb + db > CPU_LIMIT_BYTES and not force:
+    if dev.startswith("cpu") and tb + db > CPU_LIMIT_BYTES and not force:
         raise UserError(f"shape {s.name} needs {(tb + db) / 1e9:.1f} GB of bf16 weights (target "
                         f"{tb / 1e9:.1f} GB + draft{'s' if n_drafts > 1 else ''} {db / 1e9:.1f} GB) "
                         "and there is no CUDA GPU here: build it on a GPU, or pass --force",
