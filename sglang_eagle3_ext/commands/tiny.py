@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
 
     accs, shape, trained = validate(args)  # before importing torch
     t0 = time.perf_counter()
-    label = ",".join(tiny.acceptance_label(a) for a in accs)
+    label = ",".join(x.strip() for x in str(args.acceptance).split(","))
     what = "tiny models" if shape.name == "tiny" and not shape.overrides else f"{shape.name} models"
     err.print(f"building {what} (acceptance={label if len(accs) > 1 else accs[0]}, seed={args.seed}) ...")
     models = tiny.build(args.out, args.acceptance, seed=args.seed, shape=shape, trained_on=trained,
