@@ -37,19 +37,21 @@ from __future__ import annotations
 import http.client
 import json
 import re
+import socket
 import statistics
 import threading
 import time
 import urllib.parse
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from .errors import UserError
+from .prompts import Prompt, messages_of
 
 SCHEMA = "eagle3_bench/1"
+LADDER_SCHEMA = "eagle3_ladder/1"
 
 # The seeds' measurement prompt (Kimi-K2.5 campaign, 1000 tokens at temperature 0).
 DEFAULT_PROMPT = (
@@ -115,7 +117,7 @@ class BenchOptions:
     runs: int = 5
     warmup: int = 1
     max_tokens: int = 1000
-    prompts: list[str] = field(default_factory=lambda: [DEFAULT_PROMPT])
+    prompts: list[Prompt] = field(default_factory=lambda: [DEFAULT_PROMPT])
     concurrency: int = 1
     label: str | None = None
     model: str | None = None
@@ -139,10 +141,32 @@ def parse_url(url: str) -> tuple[str, str, int, str]:
 
 
 class Endpoint:
+    """A server address plus the connections in flight, so Ctrl-C can cut them all at once."""
+
     def __init__(self, url: str, timeout_s: float = 600.0) -> None:
         self.url = url
         self.scheme, self.host, self.port, self.base = parse_url(url)
         self.timeout_s = timeout_s
+        self.aborted = False
+        self._inflight: set[http.client.HTTPConnection] = set()
+        self._lock = threading.Lock()
+
+    def track(self, c: http.client.HTTPConnection, on: bool) -> None:
+        with self._lock:
+            (self._inflight.add if on else self._inflight.discard)(c)
+
+    def abort(self) -> None:
+        """Shut every open stream down: blocked reads return at once and their threads end."""
+        with self._lock:
+            self.aborted = True
+            conns = list(self._inflight)
+        for c in conns:
+            sock = c.sock
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
 
     def conn(self) -> http.client.HTTPConnection:
         cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
@@ -174,10 +198,19 @@ def detect_model(ep: Endpoint) -> str:
 
 def stream_chat(ep: Endpoint, body: dict[str, Any], rec: RequestRecord,
                 clock: Callable[[], float] = time.perf_counter) -> RequestRecord:
-    """Send one streaming chat completion and fill ``rec`` as chunks arrive."""
+    """Send one streaming chat completion and fill ``rec`` as chunks arrive.
+
+    A stream that ends without a finish_reason and without ``[DONE]`` was cut by the server (or
+    by Ctrl-C): the request failed, whatever it had received. ``ep.timeout_s`` bounds the whole
+    request (checked per line; the socket timeout bounds each blocking read).
+    """
     payload = json.dumps(body).encode()
     c = ep.conn()
+    ep.track(c, True)
+    done = False
     try:
+        if ep.aborted:
+            raise OSError("interrupted")
         t_sent = clock()
         c.request("POST", ep.base + "/v1/chat/completions", body=payload,
                   headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
@@ -189,23 +222,31 @@ def stream_chat(ep: Endpoint, body: dict[str, Any], rec: RequestRecord,
             line = r.readline()
             if not line:
                 break
+            now = clock() - t_sent
+            if now > ep.timeout_s:
+                raise TimeoutError(f"no end of stream after {ep.timeout_s:g} s (--timeout)")
             if not line.startswith(b"data:"):
                 continue
-            now = clock() - t_sent
             data = line[5:].strip()
             if data == b"[DONE]":
+                done = True
                 break
             try:
                 chunk = json.loads(data)
             except ValueError:
                 continue
             _take_chunk(chunk, rec, now)
+    except TimeoutError as exc:  # socket.timeout is TimeoutError too
+        rec.error = str(exc) if "--timeout" in str(exc) else f"timed out after {ep.timeout_s:g} s (--timeout)"
     except (OSError, http.client.HTTPException) as exc:
         rec.error = f"{type(exc).__name__}: {exc}"
     finally:
+        ep.track(c, False)
         c.close()
     if rec.error is None and rec.ttft_s is None:
         rec.error = "stream ended without any generated text"
+    elif rec.error is None and not done and rec.finish_reason is None:
+        rec.error = "stream closed by the server before the end (no finish_reason, no [DONE])"
     rec.finalize()
     return rec
 
@@ -283,10 +324,10 @@ def _mean(xs: list[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
-def request_body(opts: BenchOptions, prompt: str, model: str) -> dict[str, Any]:
+def request_body(opts: BenchOptions, prompt: Prompt, model: str) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": model,
-        "messages": [{"role": "user", "content": prompt}],
+        "messages": messages_of(prompt),
         "max_tokens": opts.max_tokens,
         "temperature": 0,
         "stream": True,
@@ -294,25 +335,39 @@ def request_body(opts: BenchOptions, prompt: str, model: str) -> dict[str, Any]:
         "return_spec_tokens_details": True,
     }
     if opts.ignore_eos:
-        body["ignore_eos"] = True
+        body["ignore_eos"] = True  # SGLang/vLLM sampling extension, accepted in the OpenAI body
     return body
 
 
-def run_once(ep: Endpoint, opts: BenchOptions, model: str, index: int,
-             pool: ThreadPoolExecutor | None = None) -> RunRecord:
+def _stream_all(ep: Endpoint, bodies: list[dict[str, Any]], recs: list[RequestRecord]) -> None:
+    """All requests at once, one daemon thread each; Ctrl-C cuts every stream and re-raises.
+
+    Daemon threads (not a ThreadPoolExecutor, whose workers are joined at exit) so a server that
+    never answers cannot hold the process after an interrupt.
+    """
+    if len(recs) == 1:
+        stream_chat(ep, bodies[0], recs[0])
+        return
+    threads = [threading.Thread(target=stream_chat, args=(ep, b, r), daemon=True)
+               for b, r in zip(bodies, recs, strict=True)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive():
+                t.join(0.1)
+    except KeyboardInterrupt:
+        ep.abort()
+        raise
+
+
+def run_once(ep: Endpoint, opts: BenchOptions, model: str, index: int) -> RunRecord:
     """One run of ``concurrency`` requests; accept length from sglext, else counter differences."""
     before = scrape(ep)
     n = opts.concurrency
     recs = [RequestRecord(prompt_index=(index * n + i) % len(opts.prompts)) for i in range(n)]
     t0 = time.perf_counter()
-    if n == 1:
-        stream_chat(ep, request_body(opts, opts.prompts[recs[0].prompt_index], model), recs[0])
-    else:
-        assert pool is not None
-        futs = [pool.submit(stream_chat, ep, request_body(opts, opts.prompts[r.prompt_index], model), r)
-                for r in recs]
-        for f in futs:
-            f.result()
+    _stream_all(ep, [request_body(opts, opts.prompts[r.prompt_index], model) for r in recs], recs)
     wall = time.perf_counter() - t0
     run = RunRecord(index=index, wall_s=wall, requests=recs)
     ok = [r for r in recs if r.error is None]
@@ -369,6 +424,8 @@ def run_bench(opts: BenchOptions, progress: Callable[[str, int, int], None] | No
     if opts.runs < 1 or opts.warmup < 0 or opts.concurrency < 1 or opts.max_tokens < 1:
         raise UserError("--runs, --concurrency and --max-tokens must be >= 1, --warmup >= 0",
                         exit_code=2)
+    if not opts.timeout_s > 0:
+        raise UserError(f"--timeout {opts.timeout_s}: must be > 0 seconds", exit_code=2)
     if not opts.prompts:
         raise UserError("no prompts given", exit_code=2)
     ep = Endpoint(opts.url, opts.timeout_s)
@@ -377,28 +434,24 @@ def run_bench(opts: BenchOptions, progress: Callable[[str, int, int], None] | No
     except (OSError, http.client.HTTPException) as exc:
         raise UserError(f"cannot reach {opts.url}: {exc}") from exc
     model = opts.model or (detect_model(ep) if status == 200 else "default")
-    pool = ThreadPoolExecutor(opts.concurrency) if opts.concurrency > 1 else None
     runs: list[RunRecord] = []
     warm: list[RunRecord] = []
-    try:
-        total = opts.warmup + opts.runs
-        for i in range(total):
-            is_warm = i < opts.warmup
-            if progress:
-                progress("warmup" if is_warm else "run", i, total)
-            r = run_once(ep, opts, model, i, pool)
-            (warm if is_warm else runs).append(r)
+    total = opts.warmup + opts.runs
+    for i in range(total):
+        is_warm = i < opts.warmup
         if progress:
-            progress("done", total, total)
-    finally:
-        if pool:
-            pool.shutdown()
+            progress("warmup" if is_warm else "run", i, total)
+        r = run_once(ep, opts, model, i)
+        (warm if is_warm else runs).append(r)
+    if progress:
+        progress("done", total, total)
     return build_result(opts, model, runs, warm)
 
 
 def build_result(opts: BenchOptions, model: str, runs: list[RunRecord],
                  warm: list[RunRecord]) -> dict[str, Any]:
-    good = [r for r in runs if r.decode_tok_s is not None]
+    # A run counts only when every one of its requests finished: a cut stream is not a fast one.
+    good = [r for r in runs if r.decode_tok_s is not None and not any(q.error for q in r.requests)]
     errors = [q.error for r in runs for q in r.requests if q.error]
     sources = sorted({r.accept_source for r in good})
     acc_runs = [r for r in good if r.accept_length is not None]
@@ -413,7 +466,7 @@ def build_result(opts: BenchOptions, model: str, runs: list[RunRecord],
         "params": {
             "runs": opts.runs, "warmup": opts.warmup, "max_tokens": opts.max_tokens,
             "concurrency": opts.concurrency, "temperature": 0, "ignore_eos": opts.ignore_eos,
-            "prompts": opts.prompts,
+            "timeout_s": opts.timeout_s, "prompts": opts.prompts,
         },
         "counting": ("completion_tokens from the server's usage (include_usage); tokens in the first "
                      "chunk from per-chunk usage (continuous_usage_stats) when reported"),
@@ -461,3 +514,74 @@ def write_json(path: str | Path, data: Any) -> None:
     tmp = p.with_name(f".{p.name}.{threading.get_ident()}.tmp")
     tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
     tmp.replace(p)
+
+
+# ---------------------------------------------------------------- concurrency ladder
+
+
+def parse_levels(text: str) -> list[int]:
+    """``"1,2,4,8"`` -> [1, 2, 4, 8]; UserError(2) for anything else (duplicates, < 1)."""
+    try:
+        levels = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError as exc:
+        raise UserError(f"--concurrency {text!r}: a number or a comma list like 1,2,4,8", 2) from exc
+    if not levels or any(n < 1 for n in levels) or len(set(levels)) != len(levels):
+        raise UserError(f"--concurrency {text!r}: distinct numbers >= 1", exit_code=2)
+    return levels
+
+
+def level_summary(doc: dict[str, Any]) -> dict[str, Any]:
+    """The figures of one ladder level: per-stream decode, total throughput, TTFT, accept length."""
+    s = doc["summary"]
+    return {
+        "concurrency": doc["params"]["concurrency"],
+        "per_stream_tok_s": s["decode_tok_s"]["avg"],
+        "per_stream_tok_s_median": s["decode_tok_s"]["median"],
+        "throughput_tok_s": s["throughput_tok_s"]["avg"],
+        "ttft_s": s["ttft_s"]["avg"],
+        "ttft_s_median": s["ttft_s"]["median"],
+        "accept_length": s["accept_length"],
+        "accept_source": s["accept_source"],
+        "ok_runs": s["ok_runs"],
+        "failed_requests": s["failed_requests"],
+    }
+
+
+def run_ladder(opts: BenchOptions, levels: list[int],
+               progress: Callable[[int, str, int, int], None] | None = None) -> dict[str, Any]:
+    """One bench (warm-up + runs) per concurrency level, in the order given; one ladder document.
+
+    Each level keeps its full bench document (``levels[i].bench``), so anything that reads bench
+    results reads a level too.
+    """
+    out: list[dict[str, Any]] = []
+    model = opts.model
+    for n in levels:
+        cb = (lambda ph, i, t, n=n: progress(n, ph, i, t)) if progress else None
+        doc = run_bench(replace(opts, concurrency=n, model=model), progress=cb)
+        model = doc["model"]  # detected once
+        out.append({"concurrency": n, "summary": level_summary(doc), "bench": doc})
+    return {
+        "schema": LADDER_SCHEMA,
+        "label": opts.label or opts.url,
+        "url": opts.url,
+        "model": model,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "params": {"levels": levels, "runs": opts.runs, "warmup": opts.warmup,
+                   "max_tokens": opts.max_tokens, "ignore_eos": opts.ignore_eos,
+                   "timeout_s": opts.timeout_s, "prompt_count": len(opts.prompts)},
+        "definitions": {
+            "per_stream_tok_s": "mean over runs of the mean decode tok/s of the run's requests",
+            "throughput_tok_s": "mean over runs of all completion tokens / run wall time",
+            "accept_length": "completion tokens / verify calls, incl. the bonus token",
+        },
+        "levels": out,
+    }
+
+
+def load_ladder(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    data = read_json(p)
+    if not isinstance(data, dict) or data.get("schema") != LADDER_SCHEMA:
+        raise UserError(f"{p}: not a concurrency ladder (schema {LADDER_SCHEMA!r} expected)", 2)
+    return data

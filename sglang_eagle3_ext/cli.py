@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from pathlib import Path
 
 from . import __version__
 from .errors import UserError
@@ -16,9 +17,12 @@ from .errors import UserError
 # Order is the order shown in --help. Modules are imported lazily, so `sgl-eagle3 doctor` never
 # pays for matplotlib or torch.
 COMMANDS = (
-    "doctor", "patch", "layers", "launch", "stop", "bench", "compare", "profile", "sweep",
+    "doctor", "patch", "layers", "launch", "stop", "bench", "compare", "profile", "sweep", "adaptive",
     "tiny", "demo",
 )
+# The commands that read an SGLang tree; the others (bench, compare, profile, stop, tiny) work on
+# servers, files or models only, so they do not offer --sglang-root.
+SGLANG_ROOT_COMMANDS = frozenset({"doctor", "patch", "layers", "launch", "sweep", "demo"})
 
 
 def _load(name: str):
@@ -41,14 +45,18 @@ def build_parser(commands: tuple[str, ...] = COMMANDS) -> argparse.ArgumentParse
             raise
         # argparse %-formats help strings: a literal "%" in a one-liner must not break --help
         p = sub.add_parser(name, help=mod.HELP.replace("%", "%%"), description=mod.HELP)
-        p.add_argument("--sglang-root", metavar="PATH", default=None,
-                       help="an unpacked SGLang tree to use instead of the installed one")
+        if name in SGLANG_ROOT_COMMANDS:
+            p.add_argument("--sglang-root", metavar="PATH", default=None,
+                           help="an unpacked SGLang tree to use instead of the installed one")
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .settings import adopt_old_names
+
+    adopt_old_names()  # old names -> SGLANG_EAGLE3_*, one note each (SGLang owns the SGL_ prefix)
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
@@ -65,6 +73,20 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # noqa: BLE001 - last resort: a bug of ours is still one line
+        from .console import err
+        from .settings import DEBUG
+
+        if DEBUG.get():
+            raise
+        where = exc.__traceback__
+        while where is not None and where.tb_next is not None:
+            where = where.tb_next
+        at = f" at {Path(where.tb_frame.f_code.co_filename).name}:{where.tb_lineno}" if where else ""
+        err.print("[bold red]error:[/] ", end="", highlight=False)
+        err.print(f"unexpected {type(exc).__name__}{at}: {exc} (a bug in sgl-eagle3: please report it; "
+                  f"{DEBUG.name}=1 shows the traceback)", markup=False, highlight=False)
+        return 1
 
 
 if __name__ == "__main__":

@@ -11,12 +11,34 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .bench import LADDER_SCHEMA, read_json
 from .bench import SCHEMA as BENCH_SCHEMA
-from .bench import read_json
 from .errors import UserError
 
 SWEEP_SCHEMA = "eagle3_sweep/1"
 METRICS = ("decode_tok_s", "e2e_tok_s", "throughput_tok_s")
+
+
+def _num_or_none(x: Any) -> bool:
+    return x is None or (isinstance(x, (int, float)) and not isinstance(x, bool))
+
+
+def _checked(p: Path, doc: Any, where: str) -> dict[str, Any]:
+    """A bench document with the fields the table reads; one line naming the first missing one."""
+    summary = doc.get("summary") if isinstance(doc, dict) else None
+    if not isinstance(summary, dict):
+        raise UserError(f"{p}: {where} has no 'summary' object", exit_code=2)
+    for m in METRICS:
+        v = summary.get(m)
+        if v is None:
+            continue
+        if not isinstance(v, dict) or not all(k in v and _num_or_none(v[k]) for k in ("avg", "peak")):
+            raise UserError(f"{p}: {where} summary.{m} needs numeric 'avg' and 'peak'", exit_code=2)
+    if not _num_or_none(summary.get("accept_length")):
+        raise UserError(f"{p}: {where} summary.accept_length is not a number", exit_code=2)
+    if doc.get("label") is not None and not isinstance(doc["label"], str):
+        raise UserError(f"{p}: {where} label is not text", exit_code=2)
+    return doc
 
 
 def load(paths: list[str]) -> list[dict[str, Any]]:
@@ -24,15 +46,28 @@ def load(paths: list[str]) -> list[dict[str, Any]]:
     docs: list[dict[str, Any]] = []
     for path in paths:
         p = Path(path)
-        data = read_json(p)
+        if p.is_dir():
+            raise UserError(f"{p}: is a folder; give bench result files (or a sweep's results.json)",
+                            exit_code=2)
+        try:
+            data = read_json(p)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UserError(f"{p}: cannot read it ({getattr(exc, 'strerror', None) or exc})",
+                            exit_code=2) from None
         schema = data.get("schema") if isinstance(data, dict) else None
         if schema == BENCH_SCHEMA:
-            docs.append(data)
+            docs.append(_checked(p, data, "the result"))
+        elif schema == LADDER_SCHEMA:
+            raise UserError(f"{p}: a concurrency ladder; compare ladders with ladders only "
+                            f"(every file a ladder)", exit_code=2)
         elif schema == SWEEP_SCHEMA:
-            for c in data.get("configs", []):
+            configs = data.get("configs", [])
+            if not isinstance(configs, list) or not all(isinstance(c, dict) for c in configs):
+                raise UserError(f"{p}: 'configs' is not a list of objects", exit_code=2)
+            for c in configs:
                 if c.get("status") == "ok" and c.get("bench"):
-                    doc = dict(c["bench"])
-                    doc["label"] = c["name"]
+                    doc = dict(_checked(p, c["bench"], f"config {c.get('name')!r}"))
+                    doc["label"] = str(c.get("name"))
                     doc["baseline"] = bool(c.get("baseline"))
                     docs.append(doc)
         else:
@@ -61,6 +96,9 @@ def rows(docs: list[dict[str, Any]], baseline: str | None = None,
     if metric not in METRICS:
         raise UserError(f"metric must be one of {', '.join(METRICS)}", exit_code=2)
     b = pick_baseline(docs, baseline)
+    missing = [str(d.get("label")) for d in docs if not isinstance(d["summary"].get(metric), dict)]
+    if missing:
+        raise UserError(f"metric {metric}: missing in the result(s) {', '.join(missing)}", exit_code=2)
     base_avg = docs[b]["summary"][metric]["avg"]
     out = []
     for i, d in enumerate(docs):
@@ -107,5 +145,98 @@ def rich_table(rs: list[dict[str, Any]]) -> Any:
     for c in ("tok/s (avg)", "tok/s (peak)", "accept len", "vs baseline"):
         t.add_column(c, justify="right")
     for cells in table_lines(rs):
+        t.add_row(*cells)
+    return t
+
+
+# ---------------------------------------------------------------- ladders
+
+
+def _sweep_ladders(data: Any) -> list[dict[str, Any]]:
+    """The ladders of a steps x concurrency sweep's finished configs, labelled by config name."""
+    if not isinstance(data, dict) or data.get("schema") != SWEEP_SCHEMA:
+        return []
+    return [{"label": c["name"], "baseline": bool(c.get("baseline")), "levels": c["ladder"]["levels"]}
+            for c in data.get("configs", []) if c.get("status") == "ok" and c.get("ladder")]
+
+
+def is_ladder_set(paths: list[str]) -> bool:
+    """True when the first file is a ladder, or a sweep with ladders (then every file must be)."""
+    data = read_json(paths[0])
+    return isinstance(data, dict) and (data.get("schema") == LADDER_SCHEMA or bool(_sweep_ladders(data)))
+
+
+def load_ladders(paths: list[str]) -> list[dict[str, Any]]:
+    """Ladder documents from ladder files and from steps x concurrency sweeps' results.json."""
+    from .bench import load_ladder
+
+    docs: list[dict[str, Any]] = []
+    for p in paths:
+        from_sweep = _sweep_ladders(read_json(p))
+        docs += from_sweep or [load_ladder(p)]
+    return docs
+
+
+def ladder_rows(docs: list[dict[str, Any]], baseline: str | None = None) -> list[dict[str, Any]]:
+    """One row per (concurrency level, ladder): per-stream and total tok/s, each vs the baseline
+    ladder at the same level (levels the baseline lacks get no comparison)."""
+    b = pick_baseline(docs, baseline)
+    base = {lv["concurrency"]: lv["summary"] for lv in docs[b]["levels"]}
+    levels = sorted({lv["concurrency"] for d in docs for lv in d["levels"]})
+
+    def pct(v: float | None, ref: float | None) -> float | None:
+        return None if v is None or not ref else (v / ref - 1.0) * 100.0
+
+    out = []
+    for n in levels:
+        for i, d in enumerate(docs):
+            s = next((lv["summary"] for lv in d["levels"] if lv["concurrency"] == n), None)
+            if s is None:
+                continue
+            ref = base.get(n) or {}
+            out.append({"concurrency": n, "config": d.get("label"), "is_baseline": i == b,
+                        "per_stream_tok_s": s["per_stream_tok_s"],
+                        "throughput_tok_s": s["throughput_tok_s"], "ttft_s": s["ttft_s"],
+                        "accept_length": s["accept_length"],
+                        "per_stream_vs_baseline_pct": None if i == b else pct(
+                            s["per_stream_tok_s"], ref.get("per_stream_tok_s")),
+                        "throughput_vs_baseline_pct": None if i == b else pct(
+                            s["throughput_tok_s"], ref.get("throughput_tok_s"))})
+    return out
+
+
+def _p(row: dict[str, Any], key: str) -> str:
+    if row["is_baseline"]:
+        return "—"
+    v = row[key]
+    return "-" if v is None else f"{v:+.1f}%"
+
+
+def ladder_cells(rs: list[dict[str, Any]]) -> list[list[str]]:
+    return [[str(r["concurrency"]), str(r["config"]), _num(r["per_stream_tok_s"]),
+             _p(r, "per_stream_vs_baseline_pct"), _num(r["throughput_tok_s"]),
+             _p(r, "throughput_vs_baseline_pct"),
+             _num(r["ttft_s"] * 1000 if r["ttft_s"] is not None else None),
+             _num(r["accept_length"], 2)] for r in rs]
+
+
+LADDER_HEAD = ("concurrency", "config", "per stream tok/s", "vs base", "total tok/s", "vs base",
+               "TTFT ms", "accept len")
+
+
+def ladder_markdown(rs: list[dict[str, Any]]) -> str:
+    head = "| " + " | ".join(LADDER_HEAD) + " |"
+    sep = "|" + "|".join(["---"] * 2 + [":-:"] * (len(LADDER_HEAD) - 2)) + "|"
+    return "\n".join([head, sep] + ["| " + " | ".join(c) + " |" for c in ladder_cells(rs)])
+
+
+def ladder_rich_table(rs: list[dict[str, Any]]) -> Any:
+    from rich.table import Table
+
+    t = Table(title="per level vs the baseline ladder at the same concurrency; accept len incl. bonus",
+              title_justify="left")
+    for i, c in enumerate(LADDER_HEAD):
+        t.add_column(c, justify="left" if i == 1 else "right")
+    for cells in ladder_cells(rs):
         t.add_row(*cells)
     return t

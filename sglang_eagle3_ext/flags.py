@@ -42,6 +42,7 @@ OWNED_FLAGS = {
     "--speculative-num-steps": "--steps",
     "--speculative-eagle-topk": "--topk",
     "--speculative-num-draft-tokens": "--draft-tokens",
+    "--speculative-adaptive-config": "--adaptive",
     "--model-path": "--model",
     "--model": "--model",
     "--tp-size": "--tp",
@@ -210,7 +211,7 @@ def _check_basic(cfg: LaunchConfig) -> None:
     if not cfg.profile and (cfg.profile_every or cfg.profile_mode or cfg.profile_out):
         raise _fail("--profile-every/--profile-mode/--profile-out need --profile")
     if cfg.aux_layers is not None:
-        from .layers import parse_layers  # UserError(2) with the reason
+        from .layers import parse_layers  # the one aux-layer parser; UserError(2) with the reason
 
         parse_layers(str(cfg.aux_layers))
     if not cfg.model:
@@ -254,6 +255,109 @@ def _check_spec_values(cfg: LaunchConfig, extra: dict[str, str | bool]) -> None:
         # No upper bound in SGLang (the check is commented out in 0.4.x; version map section 6 rule 4).
         raise _fail(f"--draft-tokens {ndt}: a tree of {steps} steps x topk {topk} has at most "
                     f"{steps * topk + 1} tokens (steps * topk + 1)")
+
+
+# Server settings under which SGLang turns adaptive speculation off with only a warning
+# (0.5.12.post1 .. 0.5.23 speculative/adaptive_spec_params.py adaptive_unsupported_reason, called from
+# 0.5.12.post1 server_args.py:3908-3919 and 0.5.13+ arg_groups/speculative_hook.py _maybe_disable_adaptive).
+ADAPTIVE_BLOCKERS = {
+    "--enable-dp-attention": "attention DP (adaptive tier decisions are not synchronised across DP ranks)",
+    "--enable-multi-layer-eagle": "multi-layer EAGLE (its worker does not implement adaptive)",
+    "--enable-two-batch-overlap": "two-batch overlap (the adaptive state swap would drop its attention wrapper)",
+    "--enable-pdmux": "PD multiplexing (the adaptive state swap does not update its backend group)",
+}
+
+
+def apply_adaptive(cfg: LaunchConfig, env: SGLangEnv, extra: dict[str, str | bool]) -> list[str]:
+    """Check ``--adaptive FILE`` against SGLang's own rules and set the start values it needs.
+
+    Refuses (exit 2) where SGLang would silently fall back to static speculation, or not start.
+    Sets ``cfg.steps`` / ``topk`` / ``draft_tokens`` in place when not given: the largest candidate
+    of the file (adaptive.launch_steps says why), topk 1, steps + 1. Returns notes saying so.
+    """
+    from . import adaptive
+
+    if not cfg.adaptive:
+        return _bare_adaptive_0516(cfg, env, extra)
+    if cfg.no_spec:
+        raise _fail("--adaptive with --no-spec: adaptive changes the speculative steps; drop one of them")
+    if "--speculative-adaptive" in extra:
+        raise _fail("--speculative-adaptive in the extra SGLang args with --adaptive FILE: give --adaptive alone")
+    if env.version_tuple < parse_version("0.5.12"):
+        # --speculative-adaptive first appears in 0.5.12(.post1) server_args.py (dataclass field + argparse).
+        raise _fail(f"--adaptive needs SGLang 0.5.12 or later (SGLang {env.version} has no --speculative-adaptive)")
+    if cfg.topk is not None and cfg.topk != 1:
+        raise _fail(f"--adaptive with --topk {cfg.topk}: SGLang's adaptive speculation supports topk 1 only "
+                    f"and would fall back to static speculation (speculative/adaptive_spec_params.py "
+                    f"adaptive_unsupported_reason)")
+    for flag, why in ADAPTIVE_BLOCKERS.items():
+        if extra.get(flag) not in (None, False, "false", "False", "0"):
+            raise _fail(f"--adaptive with {flag}: SGLang {env.version} does not support adaptive speculation "
+                        f"with {why} and would fall back to static speculation "
+                        f"(speculative/adaptive_spec_params.py adaptive_unsupported_reason)")
+    path = Path(cfg.adaptive).expanduser()
+    if not path.is_file():
+        raise _fail(f"--adaptive {cfg.adaptive}: no such file (write one with `sgl-eagle3 adaptive write`)")
+    loader = adaptive.release_loader(env.package_dir)
+    mismatch = loader.format_mismatch(path)
+    if mismatch:
+        raise _fail(f"--adaptive {cfg.adaptive}: {mismatch} (SGLang {env.version}); write it with "
+                    f"`sgl-eagle3 adaptive write` against this release")
+    try:
+        tiers = loader.load(path)
+    except (ValueError, AssertionError, KeyError, TypeError, AttributeError) as exc:
+        raise _fail(f"--adaptive {cfg.adaptive}: SGLang {env.version}'s own loader refuses it "
+                    f"({loader.source}): {exc}") from exc
+    target = adaptive.launch_steps(tiers)
+    union = sorted({s for v in tiers.values() for s in v})
+    shown = ", ".join(f"{k}: {v}" for k, v in sorted(tiers.items()))
+    notes = [f"adaptive config {path} as SGLang {env.version} reads it ({loader.format}): {{{shown}}}"]
+    if cfg.steps is not None:
+        if loader.format == "tiers" and cfg.steps not in union:
+            # 0.5.13 speculative/adaptive_spec_params.py validate_adaptive_initial_steps;
+            # 0.5.16+ arg_groups/speculative_hook.py _init_adaptive_speculative_params.
+            raise _fail(f"--steps {cfg.steps} is not a candidate of {cfg.adaptive} ({union}); SGLang "
+                        f"{env.version} refuses that at start. Leave --steps out (the wrapper uses {target})")
+        if cfg.steps != target and (0, 5, 16) <= env.version_tuple < (0, 5, 17):
+            raise _fail(f"--steps {cfg.steps} below the largest candidate {target} of {cfg.adaptive}: SGLang "
+                        f"{env.version} crashes at start ('shared logits buffer holds 256 rows but caller "
+                        f"needs 512', measured on H200). Leave --steps out (the wrapper uses {target})")
+        if cfg.topk is None:
+            cfg.topk = 1
+        if cfg.draft_tokens is None:
+            cfg.draft_tokens = cfg.steps + 1
+        notes.append(f"adaptive: starting at your --steps {cfg.steps} (candidates {union})")
+        return notes
+    cfg.steps, cfg.topk, cfg.draft_tokens = target, 1, target + 1
+    notes.append(f"adaptive: set --steps {target} --topk 1 --draft-tokens {target + 1}: the largest candidate "
+                 f"step of the config (SGLang sizes its buffers from the start step; 0.5.16 crashes at start "
+                 f"below the largest, and 0.5.13+ refuse a start step outside the candidates); topk 1 is the "
+                 f"only one adaptive supports; draft tokens = steps + 1 at topk 1")
+    return notes
+
+
+def _bare_adaptive_0516(cfg: LaunchConfig, env: SGLangEnv, extra: dict[str, str | bool]) -> list[str]:
+    """``-- --speculative-adaptive`` (the release's default tiers) on 0.5.16: start at the largest
+    default candidate, because anything below crashes at start there, including SGLang's own pick,
+    the middle candidate (0.5.16 arg_groups/speculative_hook.py _init_adaptive_speculative_params)."""
+    from . import adaptive
+
+    if cfg.no_spec or "--speculative-adaptive" not in extra or not (0, 5, 16) <= env.version_tuple < (0, 5, 17):
+        return []
+    tiers = adaptive.release_loader(env.package_dir).defaults()
+    target = adaptive.launch_steps(tiers)
+    shown = ", ".join(f"{k}: {v}" for k, v in sorted(tiers.items()))
+    if cfg.steps is not None and cfg.steps != target:
+        raise _fail(f"--speculative-adaptive with --steps {cfg.steps} on SGLang {env.version}: its default tiers "
+                    f"({{{shown}}}) reach {target} steps, and a start below the largest candidate crashes at start "
+                    f"('shared logits buffer holds 256 rows but caller needs 512'); use --steps {target}, or "
+                    f"--adaptive FILE with the tiers you want")
+    if cfg.steps is None and cfg.topk is None and cfg.draft_tokens is None:
+        cfg.steps, cfg.topk, cfg.draft_tokens = target, 1, target + 1
+        return [f"--speculative-adaptive with SGLang {env.version}'s default tiers {{{shown}}}: set --steps {target} "
+                f"--topk 1 --draft-tokens {target + 1} (SGLang would start at the middle candidate, and 0.5.16 "
+                f"crashes at start below the largest)"]
+    return []
 
 
 def _check_models(cfg: LaunchConfig, env: SGLangEnv, algo: str | None) -> list[str]:
@@ -366,8 +470,12 @@ def validate(cfg: LaunchConfig, env: SGLangEnv, *, sglang_check: bool | None = N
         raise _fail(f"{f} in the extra SGLang args: use the wrapper's {OWNED_FLAGS[f]} so it is validated")
     _check_basic(cfg)
     algo = None if cfg.no_spec else normalise_algorithm(cfg.algorithm)
+    notes += apply_adaptive(cfg, env, extra)
     _check_spec_values(cfg, extra)
     notes += _check_models(cfg, env, algo)
+    from .layers import check_aux_for_launch  # count/range vs the local target + draft configs
+
+    check_aux_for_launch(cfg.aux_layers, cfg.model, cfg.draft, env.version)
     argv, env_add = build_command(cfg, environ=environ)
     child_env = dict(os.environ if environ is None else environ)
     child_env.update(env_add)

@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import UserError
+from .settings import AUX_LAYERS
 from .sglang_env import parse_version
 
-ENV = "SGLANG_EAGLE3_AUX_LAYERS"
+ENV = AUX_LAYERS.name
 EMB = "emb"
 Layer = int | str  # decoder-layer index k >= 0, or EMB
 
@@ -53,9 +54,15 @@ def format_layers(layers: list[Layer] | tuple[Layer, ...]) -> str:
 
 
 def _split(text: str) -> list[str]:
-    parts = [p.strip() for p in re.split(r"[,\s]+", text.strip().strip("[]()")) if p.strip()]
-    if not parts:
+    """Comma-separated (spaces around items allowed; ``[..]`` kept for pasted lists); an empty
+    item (``1,,2``, a trailing comma) is an error, not skipped: it is usually a lost number."""
+    body = str(text).strip().strip("[]()").strip()
+    if not body:
         raise UserError(f"no layers in {text!r}; write e.g. 2,30,58", exit_code=2)
+    parts = [p.strip() for p in body.split(",")] if "," in body else body.split()
+    if any(not p for p in parts):
+        raise UserError(f"empty item in {text!r} (two commas in a row or a trailing comma); "
+                        "write e.g. 2,30,58", exit_code=2)
     return parts
 
 
@@ -81,6 +88,49 @@ def parse_layers(text: str) -> list[Layer]:
             raise UserError(f"layer {part} appears twice in {text!r}", exit_code=2)
         out.append(item)
     return out
+
+
+def validate_layers(layers: list[Layer], *, num_layers: int | None = None, count: int | None = None,
+                    what: str = "--aux-layers", count_from: str = "") -> None:
+    """Count and range checks, where the target/draft configs are known (UserError, exit 2)."""
+    text = format_layers(layers)
+    if count is not None and len(layers) != count:
+        why = f" ({count_from})" if count_from else ""
+        raise UserError(f"{what} {text}: names {len(layers)} layer(s) but the draft expects {count} "
+                        f"aux hidden states{why}; give exactly {count}", exit_code=2)
+    if num_layers:
+        over = [x for x in layers if x != EMB and int(x) > num_layers - 1]
+        if over:
+            raise UserError(f"{what} {text}: layer {over[0]} does not exist; the target has {num_layers} "
+                            f"decoder layers (0..{num_layers - 1})", exit_code=2)
+
+
+def _local_config(path: Any) -> dict | None:
+    """config.json of a local model folder, or None (a hub id, unreadable: checked elsewhere)."""
+    import json
+    from pathlib import Path
+
+    if not path:
+        return None
+    f = Path(str(path)).expanduser() / "config.json"
+    try:
+        data = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def check_aux_for_launch(text: str | None, model: Any, draft: Any, version: str) -> list[Layer] | None:
+    """`launch --aux-layers`: parse (the one parser) and check against the target's decoder layers
+    and the draft's aux count when their config.json files are local. Exit 2 before any start."""
+    if text is None:
+        return None
+    wanted = parse_layers(str(text))
+    target_cfg, draft_cfg = _local_config(model), _local_config(draft)
+    count, count_from = draft_count(draft_cfg, version) if draft_cfg is not None else (None, "")
+    validate_layers(wanted, num_layers=num_hidden_layers(target_cfg) if target_cfg else None,
+                    count=count, count_from=count_from)
+    return wanted
 
 
 def parse_hf_layers(text: str) -> list[Layer]:

@@ -17,8 +17,9 @@ from typing import Any
 
 from .errors import UserError
 from .resources import data_dir
+from .settings import NCCL
 
-ENV = "SGLANG_EAGLE3_NCCL"
+ENV = NCCL.name
 # launch/nccl.yaml of the checkout, or the copy a wheel carries (resources.data_dir).
 DEFAULT_FILE = data_dir("launch") / "nccl.yaml"
 _NAME = re.compile(r"^NCCL_[A-Z0-9_]+$")

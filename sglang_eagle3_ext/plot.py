@@ -101,3 +101,27 @@ def plots(doc: dict[str, Any], out_dir: str | Path) -> list[Path]:
     out = Path(out_dir)
     made = [plot_tok_s(doc, out / "tok_s.png"), plot_phases(doc, out / "phases.png")]
     return [p for p in made if p is not None]
+
+
+def plot_ladders(docs: list[dict[str, Any]], path: str | Path) -> Path:
+    """Two panels against concurrency (log2 axis): per-stream decode tok/s and total tok/s."""
+    plt = _plt()
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.5))
+    for d in docs:
+        lv = [x["summary"] for x in d["levels"]]
+        xs = [s["concurrency"] for s in lv]
+        a1.plot(xs, [s["per_stream_tok_s"] for s in lv], marker="o", label=d.get("label"))
+        a2.plot(xs, [s["throughput_tok_s"] for s in lv], marker="o", label=d.get("label"))
+    for ax, what in ((a1, "decode tok/s per stream"), (a2, "total tok/s (all streams)")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrency (requests in flight)")
+        ax.set_ylabel(what)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("concurrency ladder")
+    fig.tight_layout()
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(p, dpi=120)
+    plt.close(fig)
+    return p

@@ -24,12 +24,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from . import nccl
+from . import nccl, settings
 from .sglang_env import COMMON_FILE, V1_FILE, V2_FILE, SGLangEnv, locate
 
-ENV_PROFILE = "EAGLE3_PROFILE"
+ENV_PROFILE = settings.PROFILE.name
 ENV_NCCL = nccl.ENV
-ENV_AUX = "SGLANG_EAGLE3_AUX_LAYERS"
+ENV_AUX = settings.AUX_LAYERS.name
 MARKER = "sglang-eagle3-ext"  # carried by every source-patched SGLang file
 ENTRY_POINT = "sglang_eagle3_ext.plugin:register"
 ENTRY_POINT_NAME = "eagle3_ext"  # pyproject.toml [project.entry-points."sglang.srt.plugins"]
@@ -321,6 +321,10 @@ def _register(sw: dict[str, Any]) -> None:
         _apply_nccl(sw["nccl"])
     if _S.role in _NO_HOOK_ROLES:
         return
+    if sw["profile"] and _S.role == "scheduler":  # families on /metrics from startup (docs/metrics.md)
+        from .probes import metrics
+
+        metrics.register_families()
     env = locate()
     profile = sw["profile"]
     if profile:
@@ -330,7 +334,17 @@ def _register(sw: dict[str, Any]) -> None:
             _S.route = "source-patch"
             _note(f"source patch present ({', '.join(Path(p).name for p in patched)}): it records the "
                   "probes; plugin phase hooks stay off (one route only)")
-    plan = plan_hooks(env, profile=profile, aux=bool(sw["aux_layers"]), nccl_preset=bool(sw["nccl"]))
+    aux = bool(sw["aux_layers"])
+    if aux:  # the one aux-layer parser; a bad value is logged once here, not at model load
+        from .errors import UserError
+        from .layers import parse_layers
+
+        try:
+            parse_layers(sw["aux_layers"])
+        except UserError as exc:
+            logger.error("%s=%s: %s; the aux-layer hook stays off", ENV_AUX, sw["aux_layers"], exc)
+            aux = False
+    plan = plan_hooks(env, profile=profile, aux=aux, nccl_preset=bool(sw["nccl"]))
     for problem in plan.problems:
         logger.error(problem)
     if not plan.hooks:
@@ -457,12 +471,23 @@ def _is_decode(batch: Any, rule: dict[str, str]) -> bool:
         return False
 
 
+def _is_idle(batch: Any) -> bool:
+    try:
+        return bool(batch.forward_mode.is_idle())
+    except Exception:  # noqa: BLE001 - an unexpected batch shape: treat as nothing happened
+        return True
+
+
 def _cycle_hook(rule: dict[str, str]) -> Callable[..., Any]:
     arg = rule["arg"]
 
     def cycle(original: Callable[..., Any], self: Any, *args: Any, **kwargs: Any) -> Any:
         batch = args[0] if args else kwargs.get(arg)
-        if _S.depth or not _is_decode(batch, rule):
+        if _S.depth:
+            return original(self, *args, **kwargs)
+        if not _is_decode(batch, rule):
+            if not _is_idle(batch):  # a prefill / extend: the cycles around it are boundaries
+                _probes().mark_boundary("extend")
             return original(self, *args, **kwargs)
         probes = _probes()
         if _S.missing is None:

@@ -1,10 +1,16 @@
-"""Read what the probes wrote: ``eagle3_prof/1`` JSONL files and server logs with EAGLE3_PROF blocks.
+"""Read what the probes wrote: ``eagle3_prof/1|2`` JSONL files and server logs with EAGLE3_PROF blocks.
 
 Both come back as the same record dicts (the JSONL schema of docs/architecture.md), so the
 analysis never cares where a number came from. Blocks written by the seeds' hand patch are
 *legacy*: their "tok accepted" / "Accept len" / "Eff tok/s" counted accepted draft tokens only.
 They are converted to tokens per cycle incl. the bonus token, and every conversion is reported in
 ``ProfileRun.notes``.
+
+/2 records split each window into steady decode cycles and boundary cycles (docs/profiling.md);
+``summarize`` reports its top-level figures on the steady cycles when every record has the split
+(``basis: "steady"``), else on all cycles (``basis: "all"``, said in the notes), so break-even,
+prediction and the sweep's cost model read steady figures whenever they exist.
+``steady_summary`` / ``by_batch_summary`` / ``boundary_summary`` aggregate the split over windows.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UserError
-from .probes.window import CYCLE, PHASES, SCHEMA, per_position_rates
+from .probes.window import CYCLE, PHASES, REASONS, SCHEMA, SCHEMAS, per_position_rates
 
 _NUM = r"(\d+(?:\.\d+)?)"
 _HEADER = re.compile(
@@ -41,6 +47,13 @@ _ACCEPT_VALUE = re.compile(r"(?:" + _NUM + r"|n/a)(?P<bonus>\s*\(incl\. bonus\))
 _TPS_LINE = re.compile(r"Eff tok/s:\s*(?P<rest>.*)$")
 _POS_LINE = re.compile(r"Accept by pos:\s*(?P<rest>.*?)\s*\(conditional\)")
 _MODE_LINE = re.compile(r"Timing mode:\s*(?P<mode>\w+)")
+_CYCLES_LINE = re.compile(r"Cycles:\s*(?P<all>\d+) = (?P<steady>\d+) steady \+ (?P<bound>\d+) boundary \((?P<why>[^)]*)\)")
+_STEADY_LINE = re.compile(
+    r"Steady:\s*(?:none|" + _NUM + r" ms/cyc \(p50 " + _NUM + r"; draft " + _NUM + r", verify " + _NUM
+    + r", extend " + _NUM + r", other " + _NUM + r"\), accept len (?:" + _NUM + r"|n/a), eff tok/s (?:"
+    + _NUM + r"|n/a))"
+)
+_BOUND_LINE = re.compile(r"Boundary cost:\s*\+" + _NUM + r" ms over steady p50, (?P<joins>\d+) joins")
 _CONFIG_LINE = re.compile(
     r"Config:\s*steps (?P<steps>\S+), topk (?P<topk>\S+), draft tokens (?P<dt>[^;]+); "
     r"SGLang (?P<ver>[^;]+); route (?P<route>\S+)"
@@ -80,6 +93,9 @@ class _Block:
         self.per_position: list[float | None] = []
         self.mode: str | None = None
         self.config: re.Match[str] | None = None
+        self.split_cycles: re.Match[str] | None = None
+        self.split_steady: re.Match[str] | None = None
+        self.split_bound: re.Match[str] | None = None
         self.truncated: list[str] = []
 
     @property
@@ -138,6 +154,12 @@ def _scan_blocks(text: str) -> list[_Block]:
             cur.mode = m["mode"]
         elif m := _CONFIG_LINE.search(line):
             cur.config = m
+        elif m := _CYCLES_LINE.search(line):
+            cur.split_cycles = m
+        elif m := _STEADY_LINE.search(line):
+            cur.split_steady = m
+        elif m := _BOUND_LINE.search(line):
+            cur.split_bound = m
         else:
             cur = None  # any other line ends the block
     return blocks
@@ -221,7 +243,31 @@ def _block_record(b: _Block, index: int, path: str, notes: list[str]) -> dict[st
         rec["route"] = None if c["route"] == "?" else c["route"]
     else:
         rec["spec"] = {"steps": None, "topk": None, "draft_tokens": None}
+    if b.split_cycles and b.split_steady:
+        _block_split(b, rec)
     return rec
+
+
+def _block_split(b: _Block, rec: dict[str, Any]) -> None:
+    """The steady / boundary lines of a /2 block: means and the steady cycle p50 only."""
+    c, st = b.split_cycles, b.split_steady
+    reasons = dict.fromkeys(REASONS, 0)
+    for part in c["why"].split(","):
+        k, _, v = part.strip().rpartition(" ")
+        if k in reasons and v.isdigit():
+            reasons[k] = int(v)
+    phases = None
+    if st[1] is not None:
+        vals = dict(zip(("draft", "verify", "extend", "other"), (float(x) for x in st.groups()[2:6]), strict=True))
+        phases = {p: {"mean_ms": vals[p], "p50_ms": None, "p90_ms": None} for p in PHASES}
+        phases[CYCLE] = {"mean_ms": float(st[1]), "p50_ms": float(st[2]), "p90_ms": None}
+    rec["steady"] = {"cycles": int(c["steady"]), "requests": None, "accepted_drafts": None, "tokens": None,
+                     "accept_len": float(st[7]) if st[7] else None, "phases": phases,
+                     "eff_tok_s": float(st[8]) if st[8] else None}
+    bd = b.split_bound
+    rec["boundary"] = {"cycles": int(c["bound"]), "reasons": reasons, "phases": None,
+                       "extra_ms": float(bd[1]) if bd else None, "extra_by_phase": None,
+                       "joins": int(bd["joins"]) if bd else 0, "extra_ms_per_join": None}
 
 
 _REQUIRED = ("cycles", "phases", "mode")
@@ -230,8 +276,8 @@ _REQUIRED = ("cycles", "phases", "mode")
 def _check_record(rec: Any, where: str) -> dict[str, Any]:
     if not isinstance(rec, dict):
         raise UserError(f"{where}: a JSONL line must be an object, got {type(rec).__name__}")
-    if rec.get("schema") != SCHEMA:
-        raise UserError(f"{where}: schema is {rec.get('schema')!r}, expected {SCHEMA!r}")
+    if rec.get("schema") not in SCHEMAS:
+        raise UserError(f"{where}: schema is {rec.get('schema')!r}, expected one of {', '.join(SCHEMAS)}")
     for k in _REQUIRED:
         if k not in rec:
             raise UserError(f"{where}: record lacks {k!r}")
@@ -241,7 +287,30 @@ def _check_record(rec: Any, where: str) -> dict[str, Any]:
             float(phases[p]["mean_ms"])
     except (KeyError, TypeError, ValueError) as exc:
         raise UserError(f"{where}: phases must hold mean_ms for draft/verify/extend/other/cycle ({exc})") from None
+    # numbers must be JSON numbers: "12" would pass float() above and break the sums later
+    for k in _NUMERIC:
+        if rec.get(k) is not None and not _is_num(rec[k]):
+            raise UserError(f"{where}: {k} must be a number, got {rec[k]!r}")
+    for name, ph in phases.items():
+        bad = [k for k, v in ph.items() if v is not None and not _is_num(v)] if isinstance(ph, dict) else [name]
+        if bad:
+            raise UserError(f"{where}: phases.{name}.{bad[0]} must be a number")
+    for k in ("per_position",):
+        v = rec.get(k)
+        if v is not None and not (isinstance(v, list) and all(x is None or _is_num(x) for x in v)):
+            raise UserError(f"{where}: {k} must be a list of numbers")
+    hist = rec.get("accept_hist")
+    if hist is not None and not (isinstance(hist, dict) and all(_is_num(x) for x in hist.values())):
+        raise UserError(f"{where}: accept_hist must map lengths to counts")
     return rec
+
+
+_NUMERIC = ("window", "cycles", "requests", "accepted_drafts", "tokens", "accept_len", "eff_tok_s",
+            "throughput_tok_s", "rank", "tp_size", "idle_cycles")
+
+
+def _is_num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def load(path: str | Path) -> ProfileRun:
@@ -266,7 +335,7 @@ def load(path: str | Path) -> ProfileRun:
     notes: list[str] = []
     blocks = [b for b in _scan_blocks(text) if b.has_body]
     if not blocks:
-        raise UserError(f"{path}: no EAGLE3_PROF block and no {SCHEMA} JSONL record found")
+        raise UserError(f"{path}: no EAGLE3_PROF block and no eagle3_prof JSONL record found")
     records = [_block_record(b, i, str(path), notes) for i, b in enumerate(blocks, 1)]
     return ProfileRun(str(path), "log", records, notes)
 
@@ -274,6 +343,101 @@ def load(path: str | Path) -> ProfileRun:
 def _wavg(pairs: list[tuple[float, float]]) -> float | None:
     tw = sum(w for _, w in pairs)
     return sum(v * w for v, w in pairs) / tw if tw else None
+
+
+def _wmedian(pairs: list[tuple[float, float]]) -> float | None:
+    """Weighted median of (value, weight): the value where the cumulative weight reaches half."""
+    pairs = sorted(p for p in pairs if p[0] is not None and p[1] > 0)
+    total = sum(w for _, w in pairs)
+    if not total:
+        return None
+    acc = 0.0
+    for v, w in pairs:
+        acc += w
+        if acc >= total / 2:
+            return v
+    return pairs[-1][0]
+
+
+def merge_phases(parts: list[tuple[dict[str, Any] | None, float]]) -> dict[str, dict[str, float | None]] | None:
+    """Phase stats over windows, weighted by cycles: mean = weighted mean of window means;
+    p50 / p90 = cycle-weighted median of the window p50s / p90s (per-window percentiles cannot be
+    merged exactly; this is the documented approximation)."""
+    parts = [(ph, w) for ph, w in parts if ph and w]
+    if not parts:
+        return None
+    out: dict[str, dict[str, float | None]] = {}
+    for p in (*PHASES, CYCLE):
+        row: dict[str, float | None] = {}
+        for k, fn in (("mean_ms", _wavg), ("p50_ms", _wmedian), ("p90_ms", _wmedian)):
+            v = fn([(ph[p][k], w) for ph, w in parts if ph.get(p, {}).get(k) is not None])
+            row[k] = round(v, 4) if v is not None else None
+        out[p] = row
+    return out
+
+
+def _counts(parts: list[dict[str, Any]]) -> tuple[int | None, int | None, float | None]:
+    """(requests, tokens, accept_len) summed over parts; accept_len weighted when counts are missing."""
+    if parts and all(p.get("requests") is not None and p.get("tokens") is not None for p in parts):
+        req = sum(p["requests"] for p in parts)
+        tok = sum(p["tokens"] for p in parts)
+        return req, tok, (round(tok / req, 4) if req else None)
+    al = _wavg([(p["accept_len"], float(p.get("cycles") or 0)) for p in parts if p.get("accept_len") is not None])
+    return None, None, (round(al, 4) if al is not None else None)
+
+
+def steady_summary(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The steady-decode figures of a list of window records (RECORDS.md shape), or None when
+    any record has no split (``eagle3_prof/1``, legacy blocks): then only all-cycle figures exist."""
+    if not records or any(not isinstance(r.get("steady"), dict) for r in records):
+        return None
+    parts = [r["steady"] for r in records]
+    cycles = sum(int(p.get("cycles") or 0) for p in parts)
+    req, tok, al = _counts(parts)
+    phases = merge_phases([(p.get("phases"), float(p.get("cycles") or 0)) for p in parts])
+    cyc = phases[CYCLE]["mean_ms"] if phases else None
+    acc = sum(p["accepted_drafts"] for p in parts) if all(p.get("accepted_drafts") is not None for p in parts) else None
+    return {"cycles": cycles, "requests": req, "accepted_drafts": acc, "tokens": tok, "accept_len": al,
+            "phases": phases,
+            "eff_tok_s": round(al * 1000.0 / cyc, 2) if (al and cyc) else None}
+
+
+def boundary_summary(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Boundary cycles over windows: counts and reasons summed, phases merged, extra ms summed."""
+    if not records or any(not isinstance(r.get("boundary"), dict) for r in records):
+        return None
+    parts = [r["boundary"] for r in records]
+    reasons = {k: sum(int((p.get("reasons") or {}).get(k) or 0) for p in parts) for k in REASONS}
+    extra = [p.get("extra_ms") for p in parts if p.get("extra_ms") is not None]
+    by_phase: dict[str, float] | None = None
+    if any(p.get("extra_by_phase") for p in parts):
+        by_phase = {ph: round(sum((p.get("extra_by_phase") or {}).get(ph, 0.0) for p in parts), 4) for ph in PHASES}
+    joins = sum(int(p.get("joins") or 0) for p in parts)
+    extra_ms = round(sum(extra), 4) if extra else None
+    return {"cycles": sum(int(p.get("cycles") or 0) for p in parts), "reasons": reasons,
+            "phases": merge_phases([(p.get("phases"), float(p.get("cycles") or 0)) for p in parts]),
+            "extra_ms": extra_ms, "extra_by_phase": by_phase, "joins": joins,
+            "extra_ms_per_join": round(extra_ms / joins, 4) if (extra_ms is not None and joins) else None}
+
+
+def by_batch_summary(records: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Steady cycles per batch size over windows ({} for records without the split)."""
+    groups: dict[int, list[dict[str, Any]]] = {}
+    for r in records:
+        for k, v in (r.get("by_batch") or {}).items():
+            groups.setdefault(int(k), []).append(v)
+    out: dict[int, dict[str, Any]] = {}
+    for bs in sorted(groups):
+        parts = groups[bs]
+        cycles = sum(int(p.get("cycles") or 0) for p in parts)
+        req, tok, al = _counts(parts)
+        phases = merge_phases([(p.get("phases"), float(p.get("cycles") or 0)) for p in parts])
+        cyc = phases[CYCLE]["mean_ms"] if phases else None
+        busy = sum(float(p.get("cycles") or 0) * p["phases"][CYCLE]["mean_ms"] for p in parts if p.get("phases"))
+        out[bs] = {"cycles": cycles, "requests": req, "tokens": tok, "accept_len": al, "phases": phases,
+                   "per_stream_tok_s": round(al * 1000.0 / cyc, 2) if (al and cyc) else None,
+                   "throughput_tok_s": round(tok * 1000.0 / busy, 2) if (tok and busy) else None}
+    return out
 
 
 def summarize(run: ProfileRun, *, all_windows: bool = False) -> dict[str, Any]:
@@ -338,6 +502,22 @@ def summarize(run: ProfileRun, *, all_windows: bool = False) -> dict[str, Any]:
         spent = sum(r["probe_read_ms"] + r.get("probe_wait_ms", 0.0) for r in recs)
         probe_us = round(1000.0 * spent / sum(r["cycles"] for r in recs), 2)
     modes = sorted({str(r.get("mode")) for r in recs})
+    ranks = sorted({r["rank"] for r in recs if isinstance(r.get("rank"), int)})
+    steady = steady_summary(recs)
+    all_cycles = {"cycles": sum(c for c in cycles if c) if all(cycles) else None, "phases": phases,
+                  "accept_len": round(accept_len, 4) if accept_len is not None else None,
+                  "eff_tok_s": round(accept_len * 1000.0 / cycle_ms, 2) if (accept_len and cycle_ms) else None}
+    basis = "all"
+    if steady is not None and steady["phases"] and steady["cycles"]:
+        basis = "steady"
+        phases = {p: dict(v) for p, v in steady["phases"].items()}
+        cycle_ms = phases[CYCLE]["mean_ms"]
+        if steady["accept_len"] is not None:
+            accept_len = steady["accept_len"]
+    elif recs:
+        why = ("no steady cycle (every cycle was next to a request boundary)" if steady is not None
+               else "records without the steady/boundary split (eagle3_prof/1 or older blocks)")
+        notes.append(f"{why}: phases, eff tok/s and break-even use all cycles, including request starts")
     return {
         "file": run.path,
         "kind": run.kind,
@@ -355,5 +535,114 @@ def summarize(run: ProfileRun, *, all_windows: bool = False) -> dict[str, Any]:
         "route": next((r.get("route") for r in reversed(recs) if r.get("route")), None),
         "legacy": any("legacy" in r for r in recs),
         "probe_read_us_per_cycle": probe_us,
+        "rank": ranks[0] if len(ranks) == 1 else None,
+        "basis": basis,  # what phases / accept_len / eff_tok_s above are made of
+        "all_cycles": all_cycles,
+        "steady": steady,
+        "boundary": boundary_summary(recs),
+        "by_batch": {str(k): v for k, v in by_batch_summary(recs).items()},
         "notes": notes,
     }
+
+
+def read_client(path: str | Path) -> dict[str, Any]:
+    """The client's decode rate and accept length from a result file of the same run:
+    our ``bench`` document (``eagle3_bench/1``: per-request decode tok/s, accept length from the
+    server's counters) or SGLang ``bench_serving`` output (a JSON object or JSONL of them, the
+    last line counts: decode tok/s = 1000 / median TPOT, the TPOT excluding the first token)."""
+    from .bench import SCHEMA as BENCH_SCHEMA
+
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read ({exc.strerror or exc})", exit_code=2) from None
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    doc: Any = None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        try:
+            doc = json.loads(lines[-1]) if lines else None
+        except json.JSONDecodeError:
+            doc = None
+    if not isinstance(doc, dict):
+        raise UserError(f"{path}: not a bench result or a bench_serving JSON(L) result", exit_code=2)
+    if doc.get("schema") == BENCH_SCHEMA:
+        s = doc.get("summary") or {}
+        dec = (s.get("decode_tok_s") or {})
+        return {"file": str(path), "kind": "sgl-eagle3 bench", "decode_tok_s": dec.get("avg"),
+                "decode_def": "per-request decode tok/s (first token excluded), mean over runs",
+                "accept_len": s.get("accept_length"),
+                "concurrency": (doc.get("params") or {}).get("concurrency")}
+    tpot = doc.get("median_tpot_ms")
+    if tpot is None and doc.get("mean_tpot_ms") is None:
+        raise UserError(f"{path}: not a bench result (schema {BENCH_SCHEMA!r}) and no median_tpot_ms / "
+                        "mean_tpot_ms (SGLang bench_serving --output-file)", exit_code=2)
+    which = "median_tpot_ms" if tpot else "mean_tpot_ms"
+    tpot = doc.get(which)
+    al = doc.get("accept_length")
+    if al is None:
+        al = doc.get("spec_accept_length")
+    return {"file": str(path), "kind": "SGLang bench_serving",
+            "decode_tok_s": round(1000.0 / tpot, 2) if tpot else None,
+            "decode_def": f"1000 / {which} ({tpot:.3f} ms)" if tpot else which,
+            "accept_len": al or None,
+            "concurrency": doc.get("max_concurrency") or doc.get("concurrency")}
+
+
+def agreement(summary: dict[str, Any], client: dict[str, Any]) -> dict[str, Any]:
+    """Profile vs client, side by side: decode tok/s (per stream) and accept length, with the
+    difference of the profile's figure from the client's in %."""
+    def diff(ours: float | None, theirs: float | None) -> float | None:
+        return round((ours / theirs - 1.0) * 100.0, 2) if (ours and theirs) else None
+
+    ours_tps = summary.get("eff_tok_s")
+    ours_al = summary.get("accept_len")
+    return {"client": client, "basis": summary.get("basis"),
+            "decode_tok_s": {"profile": ours_tps, "client": client["decode_tok_s"],
+                             "diff_pct": diff(ours_tps, client["decode_tok_s"])},
+            "accept_len": {"profile": ours_al, "client": client["accept_len"],
+                           "diff_pct": diff(ours_al, client["accept_len"])},
+            "all_cycles_decode_tok_s": {"profile": (summary.get("all_cycles") or {}).get("eff_tok_s"),
+                                        "diff_pct": diff((summary.get("all_cycles") or {}).get("eff_tok_s"),
+                                                         client["decode_tok_s"])}}
+
+
+_RANK_SUFFIX = re.compile(r"^(?P<base>.+)\.rank(?P<rank>\d+)$")
+
+
+def rank_base(path: str | Path) -> tuple[str, int | None]:
+    """(``EAGLE3_PROFILE_OUT`` path, rank) of a per-rank stream ``<out>.rank<N>``; (path, None) else."""
+    m = _RANK_SUFFIX.match(str(path))
+    return (m["base"], int(m["rank"])) if m else (str(path), None)
+
+
+def rank_siblings(path: str | Path) -> list[Path]:
+    """The other TP ranks' streams written beside ``path`` (``<path>.rank<N>``), by rank."""
+    p = Path(rank_base(path)[0])
+    found = [(rank_base(q)[1], q) for q in p.parent.glob(p.name + ".rank*")]
+    return [q for r, q in sorted((r, q) for r, q in found if r is not None)]
+
+
+def rank_spread(summaries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-rank spread of each phase (p50 where the summaries have it, else mean) over the TP
+    ranks of one run, and the slowest rank (highest cycle time). ``summaries``: one
+    ``summarize`` result per rank stream, each with its ``rank``."""
+    ranked = sorted((s for s in summaries if s.get("rank") is not None), key=lambda s: s["rank"])
+    if len(ranked) < 2:
+        return {}
+    stat = "p50_ms" if all(s["phases"][CYCLE].get("p50_ms") is not None for s in ranked) else "mean_ms"
+    phases: dict[str, Any] = {}
+    for p in (*PHASES, CYCLE):
+        by = {s["rank"]: s["phases"][p].get(stat) for s in ranked if s["phases"][p].get(stat) is not None}
+        if not by:
+            continue
+        lo, hi = min(by.values()), max(by.values())
+        phases[p] = {"by_rank": {str(r): v for r, v in by.items()}, "min_ms": lo, "max_ms": hi,
+                     "spread_ms": round(hi - lo, 4), "spread_pct": round((hi / lo - 1) * 100, 2) if lo else None,
+                     "slowest_rank": max(by, key=lambda r: by[r])}
+    cyc = phases.get(CYCLE)
+    return {"stat": stat, "ranks": [s["rank"] for s in ranked], "phases": phases,
+            "slowest_rank": cyc["slowest_rank"] if cyc else None,
+            "basis": "+".join(sorted({str(s.get("basis")) for s in ranked}))}

@@ -29,6 +29,7 @@ import yaml
 
 from .errors import UserError
 from .resources import cache_root, data_dir
+from .settings import AUX_LAYERS, NCCL
 
 REPO_LAUNCH_DIR = data_dir("launch")
 DEFAULT_PORT = 30000
@@ -56,6 +57,7 @@ class LaunchConfig:
     steps: int | None = None
     topk: int | None = None
     draft_tokens: int | None = None
+    adaptive: str | None = None           # SGLang adaptive config JSON -> --speculative-adaptive
     no_spec: bool = False
     tp: int | None = None
     nccl: str | None = None               # preset name from launch/nccl.yaml, or "none"
@@ -97,7 +99,7 @@ class LaunchConfig:
 FIELDS = {f.name: f for f in dataclasses.fields(LaunchConfig)}
 _INT_KEYS = ("steps", "topk", "draft_tokens", "tp", "profile_every", "port", "nnodes")
 _BOOL_KEYS = ("no_spec", "profile", "sglang_check")
-_STR_KEYS = ("model", "draft", "algorithm", "nccl", "profile_mode", "profile_out", "aux_layers",
+_STR_KEYS = ("model", "draft", "adaptive", "algorithm", "nccl", "profile_mode", "profile_out", "aux_layers",
              "host", "log", "name", "description", "dist_init_addr", "python", "server_module")
 _VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -118,8 +120,10 @@ def expand(value: str) -> str:
 
 def preset_dirs() -> list[Path]:
     dirs = []
-    if os.environ.get("SGL_EAGLE3_PRESETS"):
-        dirs.append(Path(os.environ["SGL_EAGLE3_PRESETS"]))
+    from .settings import PRESETS
+
+    if PRESETS.get():
+        dirs.append(PRESETS.get())
     dirs.append(REPO_LAUNCH_DIR)
     return dirs
 
@@ -181,7 +185,8 @@ def config_from_mapping(data: dict[str, Any], origin: str = "preset") -> LaunchC
         elif key in _STR_KEYS:
             if isinstance(value, bool) or not isinstance(value, (str, int, float)):
                 raise UserError(f"{origin}: {raw_key} must be a string, got {value!r}", 2)
-            value = expand(str(value)) if key in ("model", "draft", "log", "profile_out", "python") else str(value)
+            value = (expand(str(value)) if key in ("model", "draft", "adaptive", "log", "profile_out", "python")
+                     else str(value))
         kwargs[key] = value
     return LaunchConfig(**kwargs)
 
@@ -190,7 +195,11 @@ def load_preset(path_or_name: str) -> LaunchConfig:
     """Read ``launch/<name>.yaml`` (or any YAML file); UserError(2) if malformed or unknown keys."""
     path = _find_preset(path_or_name)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.safe_load(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise UserError(f"preset {path}: not a text file (byte {exc.start} is not UTF-8)", 2) from None
+    except OSError as exc:
+        raise UserError(f"preset {path}: cannot read it ({exc.strerror})", 2) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
@@ -219,6 +228,12 @@ def override(cfg: LaunchConfig, **values: Any) -> LaunchConfig:
                 changes[k] = None
     elif any(k in changes for k in ("steps", "topk", "draft_tokens", "draft")) and "no_spec" not in changes:
         changes["no_spec"] = False
+    if changes.get("adaptive"):
+        # --adaptive decides the start steps (flags.apply_adaptive); a preset's static spec values
+        # (e.g. topk 4) would contradict it. Values given with --adaptive itself are kept.
+        for k in ("steps", "topk", "draft_tokens"):
+            changes.setdefault(k, None)
+        changes.setdefault("no_spec", False)
     return dataclasses.replace(cfg, **changes)
 
 
@@ -247,6 +262,9 @@ def build_command(cfg: LaunchConfig, *, node_rank: int | None = None,
             argv += ["--speculative-eagle-topk", str(cfg.topk)]
         if cfg.draft_tokens is not None:
             argv += ["--speculative-num-draft-tokens", str(cfg.draft_tokens)]
+        if cfg.adaptive:
+            argv += ["--speculative-adaptive", "--speculative-adaptive-config",
+                     str(Path(cfg.adaptive).expanduser().absolute())]
     if cfg.tp is not None and cfg.tp != 1:
         argv += ["--tp-size", str(cfg.tp)]
     if cfg.nnodes > 1:
@@ -264,7 +282,7 @@ def build_command(cfg: LaunchConfig, *, node_rank: int | None = None,
             if k not in environ:  # the user's own value wins (same rule as nccl.apply_preset)
                 env[k] = v
         # The plugin (0.5.11+) re-applies the preset inside every SGLang process.
-        env["SGLANG_EAGLE3_NCCL"] = nccl
+        env[NCCL.name] = nccl
     if cfg.profile:
         env["EAGLE3_PROFILE"] = "1"
         if cfg.profile_every is not None:
@@ -277,7 +295,9 @@ def build_command(cfg: LaunchConfig, *, node_rank: int | None = None,
         if spec:
             env["EAGLE3_PROFILE_SPEC"] = spec
     if cfg.aux_layers:
-        env["SGLANG_EAGLE3_AUX_LAYERS"] = ",".join(p.strip() for p in str(cfg.aux_layers).split(","))
+        from .layers import format_layers, parse_layers  # the one parser; normalised spelling
+
+        env[AUX_LAYERS.name] = format_layers(parse_layers(str(cfg.aux_layers)))
     env.update(cfg.env)
     return argv, env
 
@@ -546,15 +566,34 @@ def write_pid_file(server: Server, path: Path) -> Path:
 
 
 def read_pid_file(path: Path) -> dict[str, Any]:
+    """A pid file written by `launch --detach`, checked field by field: `stop` signals only a
+    group it recorded (pgid == leader pid > 1, not our own group) and can verify (argv)."""
     try:
-        info = json.loads(path.read_text(encoding="utf-8"))
+        info = json.loads(path.read_bytes().decode("utf-8"))
     except FileNotFoundError as exc:
         raise UserError(f"pid file {path}: not found", 2) from exc
-    except (OSError, json.JSONDecodeError) as exc:
+    except IsADirectoryError as exc:
+        raise UserError(f"pid file {path}: is a folder", 2) from exc
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise UserError(f"pid file {path}: unreadable ({exc})", 2) from exc
-    if not isinstance(info, dict) or not isinstance(info.get("pgid"), int):
+    if not isinstance(info, dict) or not _is_int(info.get("pgid")):
         raise UserError(f"pid file {path}: no pgid in it (not written by sgl-eagle3 launch --detach?)", 2)
+    pgid, pid = info["pgid"], info.get("pid", info["pgid"])
+    if pgid <= 1 or not _is_int(pid) or pid != pgid:
+        raise UserError(f"pid file {path}: pgid {pgid!r} / pid {pid!r} is not a server group this tool "
+                        "records (launch --detach makes the server its own group leader); not touching it", 2)
+    if pgid == os.getpgrp():
+        raise UserError(f"pid file {path}: pgid {pgid} is this command's own process group; not touching it", 2)
+    argv = info.get("argv")
+    if not (isinstance(argv, list) and len(argv) >= 3 and all(isinstance(a, str) for a in argv)
+            and argv[1] == "-m" and argv[2]):
+        raise UserError(f"pid file {path}: no server argv recorded, so the process group cannot be "
+                        "verified; not touching it (delete the file, stop the server by hand)", 2)
     return info
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def pid_files() -> list[Path]:
@@ -581,17 +620,25 @@ def stop_from_pid_file(path: Path, grace: float = DEFAULT_GRACE) -> str:
 
 
 def _group_is_ours(info: dict[str, Any]) -> bool:
-    """Guard against pid reuse: the leader (if alive) must still run the recorded server module."""
-    pid = int(info.get("pid", info["pgid"]))
-    cmdline = Path(f"/proc/{pid}/cmdline")
-    if not cmdline.exists():
-        return True  # leader gone, but its group is alive: those are the server's children
-    try:
-        argv = cmdline.read_bytes().split(b"\0")
-    except OSError:
-        return True
-    wanted = [a.encode() for a in info.get("argv", [])[1:3]]  # ["-m", "<module>"]
-    return not wanted or all(w in argv for w in wanted)
+    """Guard against pid reuse: some process of the group must still run the recorded server
+    module (the leader, or, once it is gone, one of its children, which SGLang titles
+    ``sglang::...``). A process we cannot read is not proof."""
+    pgid = int(info["pgid"])
+    module = info["argv"][2].encode()
+    found = False
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if os.getpgid(int(d.name)) != pgid:
+                continue
+            argv = (d / "cmdline").read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if int(d.name) == pgid:  # the leader decides when it is alive
+            return b"-m" in argv and module in argv
+        found = found or module in argv or argv[0].startswith(b"sglang::")
+    return found
 
 
 def scheduler_pids(pgid: int) -> list[int]:

@@ -110,7 +110,15 @@ class SGLangEnv:
 
 
 def _tree(path: Path) -> ast.Module:
-    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    try:
+        return ast.parse(path.read_bytes().decode("utf-8"), filename=str(path))
+    except SyntaxError as exc:
+        raise UserError(f"{path}: not valid Python ({exc.msg}, line {exc.lineno}); this SGLang file is "
+                        "damaged or hand-edited: reinstall SGLang (or `patch revert` if we patched it)") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise UserError(f"{path}: not readable as UTF-8 Python ({exc}); reinstall SGLang") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read it ({exc.strerror})") from None
 
 
 def _method(tree: ast.Module, cls: str, name: str) -> ast.FunctionDef | None:
@@ -164,17 +172,53 @@ def _v2_family(path: Path, has_common: bool) -> str:
     return "V2b"
 
 
+def _module_version(path: Path, names: tuple[str, ...]) -> str | None:
+    """A string assigned at module level to one of ``names`` (stdlib ``ast``): ``_version.py``
+    (setuptools-scm writes ``__version__ = version = '0.5.23'``) or an old plain ``version.py``.
+    Assignments inside ``try``/``except`` are fallbacks (0.5.x version.py: ``"0.0.0.dev0"``), skipped."""
+    if not path.is_file():
+        return None
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+    except (SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else (
+            [node.target] if isinstance(node, ast.AnnAssign) and node.value is not None else [])
+        value = getattr(node, "value", None)
+        if (any(isinstance(t, ast.Name) and t.id in names for t in targets)
+                and isinstance(value, ast.Constant) and isinstance(value.value, str)):
+            return value.value
+    return None
+
+
 def _version_from_tree(root: Path, package_dir: Path) -> str | None:
+    """dist-info METADATA, else ``_version.py`` (a bare unpack, a built source checkout), else a
+    plain top-level ``__version__`` in ``version.py`` (releases before 0.5). Never the fallback."""
     for meta in sorted(root.glob("sglang-*.dist-info/METADATA")):
         for line in meta.read_text(encoding="utf-8", errors="replace").splitlines():
             if line.startswith("Version:"):
                 return line.split(":", 1)[1].strip()
-    vfile = package_dir / "version.py"
-    if vfile.is_file():
-        m = re.search(r"__version__\s*=\s*['\"]([^'\"]+)['\"]", vfile.read_text(encoding="utf-8"))
-        if m:
-            return m.group(1)
-    return None
+    return (_module_version(package_dir / "_version.py", ("__version__", "version"))
+            or _module_version(package_dir / "version.py", ("__version__",)))
+
+
+def _checked_version(version: str | None, where: str) -> str:
+    """Refuse, with the reason, a version we cannot trust to pick the patch set."""
+    if version is None:
+        raise UserError(f"{where}: cannot tell the SGLang version (no dist-info METADATA, no "
+                        "sglang/_version.py, no plain __version__ in sglang/version.py); a bare source "
+                        "checkout: build it once (`pip install -e python`) so setuptools-scm writes "
+                        "_version.py")
+    try:
+        parse_version(version)
+    except UserError:
+        raise UserError(f"{where}: SGLang version {version!r} is not a release number") from None
+    if version.startswith("0.0.0"):
+        raise UserError(f"{where}: SGLang version {version} is setuptools-scm's fallback (a source "
+                        "checkout without git metadata): the patch set depends on the release, so it is "
+                        "refused; build from a git clone or use a release")
+    return version
 
 
 def locate(sglang_root: str | Path | None = None) -> SGLangEnv:
@@ -189,9 +233,7 @@ def locate(sglang_root: str | Path | None = None) -> SGLangEnv:
         package_dir = root / "sglang"
         if not (package_dir / "srt").is_dir():
             raise UserError(f"--sglang-root {root}: no sglang/srt/ inside; point it at an unpacked SGLang")
-        version = _version_from_tree(root, package_dir)
-        if version is None:
-            raise UserError(f"--sglang-root {root}: cannot tell the SGLang version (no METADATA, no version.py)")
+        version = _checked_version(_version_from_tree(root, package_dir), f"--sglang-root {root}")
         return SGLangEnv(package_dir=package_dir, version=version, source="--sglang-root")
 
     spec = importlib.util.find_spec("sglang")
@@ -201,9 +243,10 @@ def locate(sglang_root: str | Path | None = None) -> SGLangEnv:
     try:
         version = importlib.metadata.version("sglang")
     except importlib.metadata.PackageNotFoundError:
-        version = _version_from_tree(package_dir.parent, package_dir)
-    if version is None:
-        raise UserError(f"found SGLang at {package_dir} but cannot tell its version")
+        version = None
+    if version is None or version.startswith("0.0.0"):  # no metadata, or an scm fallback in it
+        version = _version_from_tree(package_dir.parent, package_dir) or version
+    version = _checked_version(version, f"SGLang at {package_dir}")
     env = SGLangEnv(package_dir=package_dir, version=version, source="installed")
     if not (package_dir / "srt").is_dir():
         raise UserError(f"SGLang at {package_dir} has no srt/ package (runtime not installed?)")

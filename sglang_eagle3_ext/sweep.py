@@ -22,13 +22,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .bench import BenchOptions, run_bench, write_json
+from .bench import BenchOptions, run_bench, run_ladder, write_json
 from .errors import UserError
 
 SCHEMA = "eagle3_sweep/1"
 MATRIX_KEYS = ("steps", "topk", "draft_tokens", "nccl", "custom_all_reduce")
 TOP_KEYS = {"name", "preset", "launch", "matrix", "baseline", "profile", "profile_every",
-            "profile_mode", "bench"}
+            "profile_mode", "bench", "concurrency"}
 BENCH_KEYS = {"runs", "warmup", "max_tokens", "prompt", "prompts", "concurrency", "ignore_eos",
               "model"}
 LOG_TAIL = 40
@@ -61,6 +61,7 @@ class SweepSpec:
     profile_every: int | None
     profile_mode: str | None
     path: str
+    concurrency: list[int] = dataclasses.field(default_factory=lambda: [1])
 
 
 # ------------------------------------------------------------------ spec
@@ -99,9 +100,13 @@ def load_spec(path: str | Path) -> SweepSpec:
 
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text())
+        data = yaml.safe_load(p.read_bytes().decode("utf-8"))
     except FileNotFoundError as exc:
         raise UserError(f"{p}: no such sweep file", exit_code=2) from exc
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{p}: not a text file (byte {exc.start} is not UTF-8)", exit_code=2) from None
+    except OSError as exc:
+        raise UserError(f"{p}: cannot read it ({exc.strerror})", exit_code=2) from None
     except yaml.YAMLError as exc:
         raise UserError(f"{p}: invalid YAML ({str(exc).splitlines()[0]})", exit_code=2) from exc
     if not isinstance(data, dict):
@@ -124,13 +129,22 @@ def load_spec(path: str | Path) -> SweepSpec:
             raise UserError(f"{p}: launch.{k} is set by the sweep per config; put it under matrix "
                             f"(or the top level)", exit_code=2)
     steps_l = _list(matrix.get("steps", []))
+    from .tiers import require_levels
+
+    if "concurrency" in data and "concurrency" in bench:
+        raise UserError(f"{p}: concurrency given twice (top level and bench:); keep one", exit_code=2)
+    levels = require_levels(data.get("concurrency", bench.get("concurrency", 1)), str(p))
+    if 0 in [v for v in steps_l if isinstance(v, int) and not isinstance(v, bool)]:
+        steps_l = [v for v in steps_l if v != 0]  # steps 0 = no speculation: the baseline config
+        data = dict(data, baseline=True)
     topk_l = _list(matrix.get("topk", 1))
     dt_l = _list(matrix.get("draft_tokens", "auto"))
     nccl_l = [_nccl(v) for v in _list(matrix.get("nccl", None))]
     car_l = [_onoff(v, str(p)) for v in _list(matrix.get("custom_all_reduce", True))]
     for name, vals in (("steps", steps_l), ("topk", topk_l)):
         if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in vals):
-            raise UserError(f"{p}: matrix.{name} must be positive integers", exit_code=2)
+            raise UserError(f"{p}: matrix.{name} must be positive integers"
+                            + (" (steps 0 = the no-spec baseline)" if name == "steps" else ""), exit_code=2)
     if any(v != "auto" and (isinstance(v, bool) or not isinstance(v, int) or v < 2) for v in dt_l):
         raise UserError(f"{p}: matrix.draft_tokens are integers >= 2 or 'auto'", exit_code=2)
     baseline = bool(data.get("baseline", True))
@@ -166,7 +180,7 @@ def load_spec(path: str | Path) -> SweepSpec:
                      preset=data.get("preset"), configs=configs, skipped=skipped, bench=bench,
                      profile=bool(data.get("profile", True)),
                      profile_every=int(pe) if pe is not None else None,
-                     profile_mode=data.get("profile_mode"), path=str(p))
+                     profile_mode=data.get("profile_mode"), path=str(p), concurrency=levels)
 
 
 def launch_config(spec: SweepSpec, c: ConfigSpec, cdir: Path) -> Any:
@@ -212,12 +226,24 @@ def load_results(path: Path) -> dict[str, Any] | None:
     if not path.exists():
         return None
     try:
-        data = json.loads(path.read_text())
-    except ValueError as exc:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except (ValueError, OSError) as exc:  # UnicodeDecodeError is a ValueError
         raise UserError(f"{path}: unreadable results file ({exc}); move it away to start over",
-                        exit_code=2) from exc
-    if data.get("schema") != SCHEMA:
+                        exit_code=2) from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise UserError(f"{path}: not a sweep results file", exit_code=2)
+    configs = data.get("configs")
+    if not isinstance(configs, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("name"), str) and isinstance(c.get("slug"), str)
+            and c["slug"] and "/" not in c["slug"] and c["slug"] not in (".", "..")
+            and isinstance(c.get("status"), str) for c in configs):
+        raise UserError(f"{path}: damaged sweep results ('configs' must be a list of objects with "
+                        "name, slug and status)", exit_code=2)
+    from .compare import _checked  # the bench fields the table and the analysis read
+
+    for c in configs:
+        if c.get("bench"):
+            _checked(path, c["bench"], f"config {c['name']!r}")
     return data
 
 
@@ -315,20 +341,34 @@ def _run_one(spec: SweepSpec, c: ConfigSpec, cdir: Path, factory: Callable[[Any,
         prompts = b.get("prompts") or ([b["prompt"]] if b.get("prompt") else None)
         opts = BenchOptions(url=srv.url, label=c.name, runs=int(b.get("runs", 5)),
                             warmup=int(b.get("warmup", 1)), max_tokens=int(b.get("max_tokens", 1000)),
-                            concurrency=int(b.get("concurrency", 1)),
+                            concurrency=spec.concurrency[0],
                             ignore_eos=bool(b.get("ignore_eos", False)), model=b.get("model"))
         if prompts:
             opts.prompts = [str(x) for x in _list(prompts)]
-        result = run_bench(opts)
+        if len(spec.concurrency) > 1:
+            # one ladder per config; "bench" keeps the first level so single-level readers still work
+            ladder = run_ladder(opts, spec.concurrency)
+            write_json(cdir / "ladder.json", ladder)
+            rec["ladder"] = {k: v for k, v in ladder.items() if k != "levels"} | {
+                "levels": [{"concurrency": lv["concurrency"], "summary": lv["summary"]} for lv in ladder["levels"]]}
+            result = ladder["levels"][0]["bench"]
+            if all(lv["summary"]["ok_runs"] == 0 for lv in ladder["levels"]):
+                raise RuntimeError(f"every bench request failed: {result['errors'][:1]}")
+        else:
+            result = run_bench(opts)
         write_json(cdir / "bench.json", result)
         rec["bench"] = result
-        if result["summary"]["ok_runs"] == 0:
+        if result["summary"]["ok_runs"] == 0 and "ladder" not in rec:
             raise RuntimeError(f"every bench request failed: {result['errors'][:1]}")
         rec["status"] = "ok"
         s = result["summary"]
         al = s["accept_length"]
-        log(f"{tag} {c.name}: {s['decode_tok_s']['avg']:.1f} tok/s avg, {s['decode_tok_s']['peak']:.1f} "
-            f"peak" + (f", accept length {al:.2f}" if al else ""))
+        if "ladder" in rec:
+            log(f"{tag} {c.name}: per-stream tok/s by concurrency " + ", ".join(
+                f"{lv['concurrency']}: {lv['summary']['per_stream_tok_s'] or 0:.1f}" for lv in rec["ladder"]["levels"]))
+        else:
+            log(f"{tag} {c.name}: {s['decode_tok_s']['avg']:.1f} tok/s avg, {s['decode_tok_s']['peak']:.1f} "
+                f"peak" + (f", accept length {al:.2f}" if al else ""))
     except KeyboardInterrupt:
         rec["status"] = "interrupted"
         rec["error"] = "interrupted"
@@ -364,6 +404,8 @@ def _stop(srv: Any) -> None:
 
 
 def _cycle_ms(rec: dict[str, Any]) -> float | None:
+    """The profile summary's mean cycle: steady-state cycles when the records have the split
+    (profile_log.summarize basis "steady"), else all cycles (said in the analysis notes)."""
     p = rec.get("profile") or {}
     return ((p.get("phases") or {}).get("cycle") or {}).get("mean_ms")
 
@@ -403,6 +445,10 @@ def analyse(doc: dict[str, Any]) -> dict[str, Any]:
         if _cycle_ms(r) is not None and r["topk"] == 1:
             fams.setdefault((r["nccl"], r["custom_all_reduce"]), []).append(r)
     fam = max(fams.values(), key=len) if fams else []
+    unsplit = [r["name"] for r in fam if (r.get("profile") or {}).get("basis", "all") != "steady"]
+    if unsplit:
+        notes.append(f"cycle times of {', '.join(unsplit)} are over all cycles (no steady split in "
+                     "their probe records), request starts included")
     if len({r["steps"] for r in fam}) >= 2:
         model = analysis.fit_cost_model([(r["steps"], _cycle_ms(r)) for r in fam])
         result["cost_model"] = model.to_dict() | {"family": fam[0]["name"].split(" ", 4)[-1].strip()}
@@ -425,6 +471,8 @@ def analyse(doc: dict[str, Any]) -> dict[str, Any]:
                 "from": big["name"],
                 "rows": [{"steps": p.steps, "kind": p.kind, "pred_accept_length": p.accept_len,
                           "pred_cycle_ms": p.cycle_ms, "pred_tok_s": p.tok_s,
+                          # the cost-model figure the recommendation quotes, beside this run's
+                          "model_tok_s": next((q.tok_s for q in preds if q.steps == p.steps), None),
                           "meas_accept_length": (measured[p.steps]["bench"]["summary"]["accept_length"]
                                                  if p.steps in measured else None),
                           "meas_tok_s": (measured[p.steps]["bench"]["summary"]["decode_tok_s"]["avg"]

@@ -13,6 +13,8 @@ usage chunk, ``[DONE]``), but on a fixed clock: the first content chunk (1 token
 
 ``spec`` picks how accept length is exposed: ``"sglext"`` (per request in the stream, SGLang
 0.5.19+), ``"metrics"`` (Prometheus counters on ``/metrics``, 0.5.13+), ``"none"``.
+``mode`` misbehaves on purpose: ``"cut"`` closes the stream after ``cut_after`` content chunks
+(no finish chunk, no ``[DONE]``), ``"hang"`` reads the request and never answers.
 ``python tests/standin_openai.py --port 8000 --interval-ms 10`` runs it standalone.
 """
 
@@ -31,7 +33,15 @@ from typing import Any
 class StandIn:
     def __init__(self, *, ttft_s: float = 0.02, interval_s: float = 0.005, tokens_per_chunk: int = 1,
                  spec: str = "none", model: str = "standin-model", host: str = "127.0.0.1",
-                 port: int = 0, extra_metrics_tokens: int = 0) -> None:
+                 port: int = 0, extra_metrics_tokens: int = 0, mode: str = "normal",
+                 cut_after: int = 3, load_s: float = 0.0) -> None:
+        # Each chunk interval grows by load_s per other stream in flight: a server whose step cost
+        # rises with the batch (per-stream tok/s falls with concurrency, as on a GPU).
+        self.load_s = load_s
+        self.active = 0
+        self.mode = mode
+        self.cut_after = cut_after
+        self.released = threading.Event()  # wakes "hang" handlers at stop()
         self.ttft_s = ttft_s
         self.interval_s = interval_s
         self.tokens_per_chunk = tokens_per_chunk
@@ -59,6 +69,7 @@ class StandIn:
         return self
 
     def stop(self) -> None:
+        self.released.set()
         self._httpd.shutdown()
         self._httpd.server_close()
 
@@ -122,6 +133,9 @@ def _handler_for(srv: StandIn) -> type[BaseHTTPRequestHandler]:
                 return
             with srv._lock:
                 srv.requests.append(body)
+            if srv.mode == "hang":
+                srv.released.wait()
+                return
             n = int(body.get("max_tokens") or 16)
             opts = body.get("stream_options") or {}
             per_chunk_usage = bool(opts.get("continuous_usage_stats"))
@@ -140,6 +154,15 @@ def _handler_for(srv: StandIn) -> type[BaseHTTPRequestHandler]:
                 return {"prompt_tokens": 37, "completion_tokens": done, "total_tokens": 37 + done}
 
             emit({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+            with srv._lock:
+                srv.active += 1
+            try:
+                self._stream(n, t_arrive, emit, usage, per_chunk_usage, body, opts)
+            finally:
+                with srv._lock:
+                    srv.active -= 1
+
+        def _stream(self, n, t_arrive, emit, usage, per_chunk_usage, body, opts) -> None:
             done = 0
             deadline = t_arrive + srv.ttft_s
             first = True
@@ -153,8 +176,11 @@ def _handler_for(srv: StandIn) -> type[BaseHTTPRequestHandler]:
                 if per_chunk_usage:
                     chunk["usage"] = usage(done)
                 emit(chunk)
-                deadline += srv.interval_s
+                deadline += srv.interval_s + srv.load_s * max(0, srv.active - 1)
                 first = False
+                if srv.mode == "cut" and done >= 1 + (srv.cut_after - 1) * srv.tokens_per_chunk:
+                    self.wfile.flush()
+                    return  # the connection closes here: no finish chunk, no [DONE]
             verify = srv.verify_calls(n)
             with srv._lock:  # like SGLang: counters bump when the request finishes
                 srv.verify_total += verify if srv.spec == "metrics" else 0
@@ -177,9 +203,10 @@ def main() -> None:
     ap.add_argument("--interval-ms", type=float, default=10.0)
     ap.add_argument("--tokens-per-chunk", type=int, default=1)
     ap.add_argument("--spec", choices=("none", "sglext", "metrics"), default="none")
+    ap.add_argument("--mode", choices=("normal", "cut", "hang"), default="normal")
     a, _ = ap.parse_known_args()  # tolerate SGLang's argv when it stands in for launch_server
     s = StandIn(ttft_s=a.ttft_ms / 1000, interval_s=a.interval_ms / 1000,
-                tokens_per_chunk=a.tokens_per_chunk, spec=a.spec, port=a.port)
+                tokens_per_chunk=a.tokens_per_chunk, spec=a.spec, port=a.port, mode=a.mode)
     print(f"stand-in serving on {s.url}", flush=True)
     s.start()
     try:

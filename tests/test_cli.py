@@ -24,7 +24,12 @@ def test_every_command_help_renders(name, capsys):
     with pytest.raises(SystemExit) as ei:
         cli.main([name, "--help"])
     assert ei.value.code == 0
-    assert "--sglang-root" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    # offered exactly where a command reads an SGLang tree
+    assert ("--sglang-root" in text) == (name in cli.SGLANG_ROOT_COMMANDS)
+    if name == "demo":  # every demo option says what it does
+        for opt in ("--max-tokens", "--port", "--seed"):
+            assert text.split(opt, 1)[1].split("\n  -", 1)[0].split(None, 1)[1].strip(), opt
 
 
 def test_version_and_no_command():

@@ -17,13 +17,13 @@ from sglang_eagle3_ext.errors import UserError
 def model_env(tmp_path, monkeypatch) -> dict[str, str]:
     """Preset path variables pointing at config-only model folders."""
     paths = {
-        "KIMI_K25_PATH": write_model(tmp_path / "kimi", "KimiK25ForConditionalGeneration"),
+        "KIMI_K25_PATH": write_model(tmp_path / "kimi", "KimiK25ForConditionalGeneration", num_hidden_layers=61),
         "KIMI_K25_EAGLE3_PATH": write_model(tmp_path / "kimi_eagle3", "LlamaForCausalLMEagle3"),
         "LLAMA31_8B_PATH": write_model(tmp_path / "llama", "LlamaForCausalLM"),
         "LLAMA31_8B_EAGLE3_PATH": write_model(tmp_path / "llama_eagle3", "LlamaForCausalLMEagle3"),
-        "SGL_EAGLE3_TINY": tmp_path / "tiny",
-        "SGL_EAGLE3_LLAMA3_8B": tmp_path / "l8",
-        "SGL_EAGLE3_MOE": tmp_path / "moe",
+        "SGLANG_EAGLE3_TINY": tmp_path / "tiny",
+        "SGLANG_EAGLE3_LLAMA3_8B": tmp_path / "l8",
+        "SGLANG_EAGLE3_MOE": tmp_path / "moe",
     }
     write_model(tmp_path / "tiny" / "target", "LlamaForCausalLM")
     write_model(tmp_path / "tiny" / "draft", "LlamaForCausalLMEagle3")
@@ -31,7 +31,7 @@ def model_env(tmp_path, monkeypatch) -> dict[str, str]:
     write_model(tmp_path / "l8" / "draft", "LlamaForCausalLMEagle3")
     write_model(tmp_path / "moe" / "target", "DeepseekV3ForCausalLM")
     write_model(tmp_path / "moe" / "draft", "LlamaForCausalLMEagle3")
-    monkeypatch.delenv("SGL_EAGLE3_DRAFT", raising=False)
+    monkeypatch.delenv("SGLANG_EAGLE3_DRAFT", raising=False)
     for k, v in paths.items():
         monkeypatch.setenv(k, str(v))
     for k in ("NCCL_PROTO", "NCCL_ALGO", "NCCL_P2P_LEVEL"):
@@ -65,7 +65,7 @@ NCCL_TUNED = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS", 
 def expected(name: str, e: dict[str, str]) -> tuple[list[str], dict[str, str]]:
     host = ["--host", "127.0.0.1", "--port", "30000"]
     kimi, kd = e["KIMI_K25_PATH"], e["KIMI_K25_EAGLE3_PATH"]
-    tiny = e["SGL_EAGLE3_TINY"]
+    tiny = e["SGLANG_EAGLE3_TINY"]
     spec = lambda d, s, k, n: ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", d,  # noqa: E731
                                "--speculative-num-steps", str(s), "--speculative-eagle-topk", str(k),
                                "--speculative-num-draft-tokens", str(n)]
@@ -81,10 +81,10 @@ def expected(name: str, e: dict[str, str]) -> tuple[list[str], dict[str, str]]:
         "llama31-8b-eagle3": (head + [e["LLAMA31_8B_PATH"]] + spec(e["LLAMA31_8B_EAGLE3_PATH"], 5, 4, 8) + host, {}),
         "tiny": (head + [f"{tiny}/target"] + spec(f"{tiny}/draft", 2, 1, 3) + host + TINY_FLAGS, offline),
         "tiny-nospec": (head + [f"{tiny}/target"] + host + TINY_FLAGS, offline),
-        "llama3-8b": (head + [f"{e['SGL_EAGLE3_LLAMA3_8B']}/target"]
-                      + spec(f"{e['SGL_EAGLE3_LLAMA3_8B']}/draft", 3, 1, 4) + host + shape_flags("0.6"), offline),
-        "moe": (head + [f"{e['SGL_EAGLE3_MOE']}/target"]
-                + spec(f"{e['SGL_EAGLE3_MOE']}/draft", 3, 1, 4) + host + shape_flags("0.7"), offline),
+        "llama3-8b": (head + [f"{e['SGLANG_EAGLE3_LLAMA3_8B']}/target"]
+                      + spec(f"{e['SGLANG_EAGLE3_LLAMA3_8B']}/draft", 3, 1, 4) + host + shape_flags("0.6"), offline),
+        "moe": (head + [f"{e['SGLANG_EAGLE3_MOE']}/target"]
+                + spec(f"{e['SGLANG_EAGLE3_MOE']}/draft", 3, 1, 4) + host + shape_flags("0.7"), offline),
     }[name]
 
 
@@ -212,7 +212,7 @@ def test_cli_multi_node_prints_every_node(model_env, capsys, no_popen):
     (["tiny", "--", "--no-such-flag"], "has no --no-such-flag"),
 ])
 def test_cli_invalid_exit_2_nothing_started(model_env, capsys, no_popen, argv, needle):
-    t, d = f"{model_env['SGL_EAGLE3_TINY']}/target", f"{model_env['SGL_EAGLE3_TINY']}/draft"
+    t, d = f"{model_env['SGLANG_EAGLE3_TINY']}/target", f"{model_env['SGLANG_EAGLE3_TINY']}/draft"
     argv = [a.format(t=t, d=d) for a in argv]
     rc, out, err = run_cli(["launch", *argv, "--no-sglang-check"] if "--" not in argv else
                            ["launch", "--no-sglang-check", *argv], capsys)
@@ -221,14 +221,14 @@ def test_cli_invalid_exit_2_nothing_started(model_env, capsys, no_popen, argv, n
 
 
 def test_cli_valid_dry_run_passes(model_env, capsys, no_popen):
-    t, d = f"{model_env['SGL_EAGLE3_TINY']}/target", f"{model_env['SGL_EAGLE3_TINY']}/draft"
+    t, d = f"{model_env['SGLANG_EAGLE3_TINY']}/target", f"{model_env['SGLANG_EAGLE3_TINY']}/draft"
     rc, out, err = run_cli(["launch", "--model", t, "--draft", d, "--steps", "2", "--topk", "1",
                             "--draft-tokens", "3", "--no-sglang-check", "--dry-run"], capsys)
     assert rc == 0, err and "dry run, nothing started" in out
 
 
 def test_stop_without_servers(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("SGL_EAGLE3_CACHE", str(tmp_path))
+    monkeypatch.setenv("SGLANG_EAGLE3_CACHE", str(tmp_path))
     rc, out, _ = run_cli(["stop"], capsys)
     assert rc == 0 and "no detached servers" in out
     rc, _, err = run_cli(["stop", "--pid-file", str(tmp_path / "x.json")], capsys)

@@ -96,6 +96,11 @@ def check_decode_probes(src: str, cls: str, meth: str, phases: dict[str, str], a
             assert _probe(b[i + 3]) == ("record_accept", f"verify_output.{accept}")
             assert "bonus_included=False" in ast.unparse(b[i + 3])
     assert seen == sorted(seen), "phases must be in draft -> verify -> extend order"
+    # the non-decode (prefill / extend) branch of the same `if` starts with mark_boundary
+    marks = [b for b in _blocks(fn) if _probe(b[0]) == ("mark_boundary", "extend")]
+    assert len(marks) == 1, "mark_boundary must open the one non-decode branch"
+    owner = next(n for n in ast.walk(fn) if isinstance(n, ast.If) and (n.body is marks[0] or n.orelse is marks[0]))
+    assert br in (owner.body, owner.orelse) and br is not marks[0]
     if "extend" not in phases:  # V2-beta: re-extend inlined in verify, no extend phase inserted
         assert not [s for b in _blocks(fn) for s in b if _probe(s) == ("phase_begin", "extend")]
     # the guarded import binds the alias to None when our package is absent

@@ -72,7 +72,7 @@ def test_patched_v2_decode_branch_fires_probes_in_order(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads(proc.stdout.strip().splitlines()[-1])
     assert res["file"] == str(v2)  # the patched copy was imported, not the installed file
-    assert res["has_alias"] and res["order"] == ["draft", "verify", "extend"]
+    assert res["has_alias"] and res["order"] == ["draft", "verify", "extend", "prefill"]
     trace = [tuple(t) if not isinstance(t[1], list) else (t[0], tuple(t[1])) for t in res["trace"]]
     calls = [t for t in trace if t[0] != "set_spec_config"]
     assert calls == [
@@ -82,6 +82,7 @@ def test_patched_v2_decode_branch_fires_probes_in_order(tmp_path):
         ("phase_begin", "extend"), ("phase_end", "extend"),
         ("cycle_end", None),
         ("record_accept", (2, 1)),
+        ("mark_boundary", "extend"),  # the prefill branch
     ]
     assert ("set_spec_config", (None, None, None, "source-patch")) in trace
     engine.revert(env)

@@ -189,7 +189,8 @@ def test_real_decode_branch_fires_the_probes_in_order(children):
         ("phase_begin", "extend"), ("phase_end", "extend"),
         ("cycle_end", None),
         ("record_accept", (2, 1)),  # correct drafts per request, bonus excluded
-    ]  # the prefill and the idle batch add nothing
+        ("mark_boundary", "extend"),  # the prefill: a boundary, no cycle
+    ]  # the idle batch adds nothing
 
 
 @requires_sglang
@@ -385,7 +386,8 @@ def test_v1_hooks_time_phases_and_take_accepts_from_the_verify_return(traced):
     assert traced == [("set_spec_config", (3, 1, 4, "plugin")), ("cycle_begin", None),
                       ("phase_begin", "draft"), ("phase_end", "draft"),
                       ("phase_begin", "verify"), ("phase_end", "verify"),
-                      ("record_accept", (1, 0, 2)), ("cycle_end", None)]
+                      ("record_accept", (1, 0, 2)), ("cycle_end", None),
+                      ("mark_boundary", "extend")]
 
 
 def test_is_decode_rule_and_0_5_11_scheduler_accept(traced):
@@ -394,7 +396,7 @@ def test_is_decode_rule_and_0_5_11_scheduler_accept(traced):
     w = types.SimpleNamespace()
     cycle(lambda self, model_worker_batch: None, w, model_worker_batch=_batch(decode=False))
     cycle(lambda self, model_worker_batch: None, w, model_worker_batch=_batch(decode=True))
-    assert [t[0] for t in traced] == ["set_spec_config", "cycle_begin", "cycle_end"]
+    assert [t[0] for t in traced] == ["mark_boundary", "set_spec_config", "cycle_begin", "cycle_end"]
     accept = plugin._accept_sched_hook()
     result = types.SimpleNamespace(num_accepted_drafts_per_req_cpu=[3, 0])
     assert accept(lambda self, result, batch: "ids", None, result, None) == "ids"

@@ -87,7 +87,7 @@ def test_profile_predict_table(capsys):
 
 
 @pytest.mark.parametrize("content,expect", [
-    ("nothing to see here\n", "no EAGLE3_PROF block and no eagle3_prof/1 JSONL record found"),
+    ("nothing to see here\n", "no EAGLE3_PROF block and no eagle3_prof JSONL record found"),
     ('{"schema": "eagle3_prof/1", "cycles": 1\n', ":1: not valid JSON"),
     ('{"schema": "other/2"}\n', "schema is 'other/2'"),
     ('{"schema": "eagle3_prof/1", "cycles": 1, "mode": "wall", "phases": {}}\n', "phases must hold mean_ms"),

@@ -150,7 +150,9 @@ matrix: {steps: [2, 4], topk: [1, 2], draft_tokens: [3, 6], nccl: [none, tuned],
 
 @pytest.mark.parametrize("text, msg", [
     ("matrix: {steps: [2]}\nbogus: 1\n", "unknown key"),
-    ("matrix: {steps: [0]}\n", "positive integers"),
+    ("matrix: {steps: [-1]}\n", "positive integers"),
+    ("matrix: {steps: [2]}\nconcurrency: [1, 1]\n", "distinct"),
+    ("matrix: {steps: [2]}\nconcurrency: [1, 8]\nbench: {concurrency: 2}\n", "given twice"),
     ("matrix: {steps: [2], topk: [4]}\n", "'auto' only means"),
     ("launch: {steps: 3}\nmatrix: {steps: [2]}\n", "set by the sweep"),
     ("matrix: {steps: [2], custom_all_reduce: [maybe]}\n", "on/off"),
@@ -271,22 +273,43 @@ def test_examples_parse():
 
 
 def test_report_rereads_the_real_h200_sweep(tmp_path):
-    """`sweep --report` on the committed H200 run (docs/data): no server, same table, analysis, plots."""
-    import shutil
+    """`sweep --report` on the committed H200 run (docs/data): no server, same table, analysis; the
+    folder it reads is left byte-identical; --out gets results.json, table.md and plots."""
+    import hashlib
+    import re
 
-    src = REPO / "docs" / "data" / "h200-2026-11-29" / "run2" / "core"
-    d = tmp_path / "core"
-    shutil.copytree(src, d)
+    d = REPO / "docs" / "data" / "h200-2026-11-29" / "run2" / "core"
+
+    def snapshot() -> dict:
+        return {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.rglob("*")) if p.is_file()}
+
+    before = snapshot()
+    env = {**os.environ, "COLUMNS": "120"}
     r = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext", "sweep", "--report", str(d)],
-                       capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "COLUMNS": "120"})
+                       capture_output=True, text=True, cwd=tmp_path, env=env)
     assert r.returncode == 0, r.stderr
+    assert snapshot() == before and "nothing written" in r.stdout
     assert "847.8" in r.stdout and "839.3" in r.stdout           # bench tok/s, untouched
     assert "No step count beats the no-spec baseline" in r.stdout
     assert "Predicted best k (cost model + measured acceptance): 4" in r.stdout
-    assert (d / "phases.png").stat().st_size > 0 and (d / "table.md").exists()
-    doc = json.loads((d / "results.json").read_text())
+    assert "cycle_ms = 3.27 - 0.06 x steps" in r.stdout          # no "+ -0.06"
+    # every tok/s the recommendation quotes is printed in a table above it
+    rec = r.stdout.split("Recommendation:", 1)[1]
+    table = r.stdout.split("Recommendation:", 1)[0]
+    for v in re.findall(r"(\d+\.\d) tok/s", rec):
+        assert v in table, v
+    out = tmp_path / "report"
+    r = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext", "sweep", "--report", str(d), "--out", str(out)],
+                       capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stderr
+    assert snapshot() == before
+    assert (out / "phases.png").stat().st_size > 0 and (out / "table.md").exists()
+    doc = json.loads((out / "results.json").read_text())
     s4 = next(c for c in doc["configs"] if c["steps"] == 4)
     assert s4["profile"]["windows"] == 18 and any("window 1" in n for n in s4["profile"]["notes"])
+    r = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext", "sweep", "--report", str(d), "--out", str(d)],
+                       capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert r.returncode == 2 and "is the folder --report reads" in r.stderr and snapshot() == before
 
 
 def test_report_needs_a_sweep_folder(tmp_path):

@@ -3,7 +3,7 @@
 # Idempotent: a finished env is marked by .venv/.ready-<hash of this script + constraints>.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV=${SGL_EAGLE3_VENV:-.venv}
+VENV=${SGLANG_EAGLE3_VENV:-${SGL_EAGLE3_VENV:-.venv}}  # SGL_EAGLE3_VENV: the old name
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
 stamp="$VENV/.ready-$(cat tools/ci_env.sh tools/ci-constraints.txt | sha256sum | cut -c1-12)"
@@ -14,18 +14,25 @@ fi
 t0=$(date +%s)
 rm -rf "$VENV"
 "$PY" -m venv "$VENV"
-PIP="$VENV/bin/pip"
 C="-c tools/ci-constraints.txt"
-"$PIP" install -q --upgrade pip setuptools wheel
-"$PIP" install -q $C torch==2.13.0
-"$PIP" install -q --no-deps sglang==0.5.23
-# SGLang's import chain on CPU, tiers 1-4 of docs/testing.md (never torchvision: a stub stands in)
-"$PIP" install -q $C numpy orjson psutil pybase64 requests packaging pillow starlette msgspec \
+# Quiet on purpose: sglang is installed with --no-deps (its CUDA pins would pull a CUDA torch), so
+# pip's resolver would print a long "dependency conflicts" block after every later install
+# (--no-warn-conflicts), and a pip config with a file:// index missing a project prints one
+# "Location ... is ignored" line per lookup (filtered). Real errors still print and stop the script.
+pipq() {
+  "$VENV/bin/pip" install -q --no-warn-conflicts "$@" 2>&1 | { grep -v "^WARNING: Location '.*' is ignored" || true; }
+}
+pipq --upgrade pip setuptools wheel
+pipq $C torch==2.13.0
+pipq --no-deps sglang==0.5.23
+# SGLang's import chain on CPU, tiers 1-4 of docs/testing.md (never torchvision: a stub stands in);
+# prometheus-client: SGLang's --enable-metrics and our phase metrics (docs/metrics.md)
+pipq $C numpy orjson psutil pybase64 requests packaging pillow starlette msgspec \
   pydantic pyzmq tqdm ipython aiohttp transformers tokenizers dill apache-tvm-ffi sentencepiece \
   compressed-tensors gguf einops openai partial_json_parser setproctitle uvicorn fastapi uvloop \
-  jsonschema xgrammar soundfile python-multipart triton safetensors
+  jsonschema xgrammar soundfile python-multipart triton safetensors prometheus-client
 # our own dependencies and the test tools
-"$PIP" install -q $C "libcst>=1.1" pyyaml rich pytest pytest-timeout ruff matplotlib
-"$PIP" install -q --no-deps -e .
+pipq $C "libcst>=1.1" pyyaml rich pytest pytest-timeout ruff matplotlib
+pipq --no-deps -e .
 touch "$stamp"
 echo "test env ready in $(( $(date +%s) - t0 )) s ($VENV)"

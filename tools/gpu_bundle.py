@@ -90,9 +90,30 @@ def own_wheel(dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     for old in dest.glob("sglang_eagle3_ext-*.whl"):
         old.unlink()
-    _pip("wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dest), str(REPO))
+    args = ["wheel", "--no-deps", "-q", "-w", str(dest), str(REPO)]
+    if build_backend_ok():
+        args.insert(1, "--no-build-isolation")  # offline and fast
+    else:
+        print("note: this Python's setuptools is older than pyproject.toml's build requirement: "
+              "building our wheel in an isolated build env (pip fetches the setuptools it needs)")
+    _pip(*args)
     (whl,) = dest.glob("sglang_eagle3_ext-*.whl")
     return whl
+
+
+def build_backend_ok() -> bool:
+    """True when this Python's setuptools meets pyproject.toml's ``setuptools>=N``: then the wheel
+    builds offline without build isolation; an older one (e.g. 65) fails on the SPDX license."""
+    import re
+    from importlib.metadata import PackageNotFoundError, version
+
+    m = re.search(r'"setuptools>=(\d+)', (REPO / "pyproject.toml").read_text())
+    need = int(m.group(1)) if m else 0
+    try:
+        have = int(version("setuptools").split(".")[0])
+    except (PackageNotFoundError, ValueError):
+        return False
+    return have >= need
 
 
 def strip(site: Path) -> list[str]:

@@ -3,6 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/ci_env.sh
-.venv/bin/python -m sglang_eagle3_ext.releases >/dev/null
+# stderr minus the "Location ... is ignored" lines a file:// index in a pip config prints (ci_env.sh)
+.venv/bin/python -m sglang_eagle3_ext.releases 2>&1 >/dev/null \
+  | { grep -v "^WARNING: Location '.*' is ignored" >&2 || true; }
 .venv/bin/ruff check --quiet .
 exec .venv/bin/python -m pytest -q -ra "$@"

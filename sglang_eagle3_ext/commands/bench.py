@@ -9,7 +9,8 @@ from typing import Any
 from ..console import err, out, print_json
 from ..errors import UserError
 
-HELP = "Benchmark a running server: TTFT, decode and end-to-end tok/s, accept length (streaming)."
+HELP = ("Benchmark a running server: TTFT, decode and end-to-end tok/s, accept length (streaming); "
+        "a concurrency ladder with --concurrency 1,2,4,...")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -20,63 +21,63 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--prompt", help="prompt text (default: the seeds' B-tree-in-Rust request)")
     g.add_argument("--prompts", metavar="FILE",
-                   help="one prompt per line (or a JSON list); requests cycle through them")
-    p.add_argument("--concurrency", type=int, default=1, help="requests in flight per run")
+                   help="prompts: one per line, a JSON list of strings, chat JSONL (messages) or "
+                        "ShareGPT JSON; requests cycle through them")
+    p.add_argument("--concurrency", default="1", metavar="N[,N...]",
+                   help="requests in flight per run; a list (1,2,4,8,16,32,64) runs a ladder, "
+                        "one bench per level")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="S",
+                   help="seconds one request may take before it counts as failed (default 600)")
     p.add_argument("--label", help="config name shown by `compare` (default: the URL)")
     p.add_argument("--model", help="model name to send (default: first id of /v1/models)")
     p.add_argument("--ignore-eos", action="store_true",
                    help="always generate --max-tokens tokens (SGLang/vLLM extension)")
     p.add_argument("--out", metavar="FILE.json", help="write the result document here")
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="ladder only: per-stream and total tok/s against concurrency (needs matplotlib)")
     p.add_argument("--json", action="store_true", help="print the result document as JSON")
 
 
-def load_prompts(path: str) -> list[str]:
-    import json
-
-    p = Path(path)
-    if not p.is_file():
-        raise UserError(f"--prompts {path}: no such file", exit_code=2)
-    text = p.read_text()
-    if text.lstrip().startswith("["):
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise UserError(f"--prompts {path}: invalid JSON list ({exc})", exit_code=2) from exc
-        prompts = [str(x) for x in data]
-    else:
-        prompts = [line for line in text.splitlines() if line.strip()]
-    if not prompts:
-        raise UserError(f"--prompts {path}: no prompts in the file", exit_code=2)
-    return prompts
+def check_out(path: str | None) -> None:
+    """--out names a file: a directory (or a path ending in /) is one clear error, before any run."""
+    if path and (Path(path).is_dir() or path.endswith(("/", "\\"))):
+        raise UserError(f"--out {path}: a directory; give a file name such as {Path(path) / 'bench.json'}",
+                        exit_code=2)
 
 
 def options_from_args(args: argparse.Namespace) -> Any:
-    from ..bench import DEFAULT_PROMPT, BenchOptions
+    from ..bench import DEFAULT_PROMPT, BenchOptions, parse_levels
+    from ..prompts import load_prompts
 
+    levels = parse_levels(args.concurrency)
     prompts = load_prompts(args.prompts) if args.prompts else [args.prompt or DEFAULT_PROMPT]
     return BenchOptions(url=args.url, runs=args.runs, warmup=args.warmup,
                         max_tokens=args.max_tokens, prompts=prompts,
-                        concurrency=args.concurrency, label=args.label, model=args.model,
-                        ignore_eos=args.ignore_eos)
+                        concurrency=levels[0], label=args.label, model=args.model,
+                        ignore_eos=args.ignore_eos, timeout_s=args.timeout), levels
 
 
-def run_with_progress(opts: Any) -> dict[str, Any]:
-    """run_bench behind a rich progress bar on stderr (stdout stays clean for --json)."""
+def run_with_progress(opts: Any, levels: list[int] | None = None) -> dict[str, Any]:
+    """run_bench (or run_ladder) behind a rich progress bar on stderr (stdout stays clean for --json)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from ..bench import run_bench
+    from ..bench import run_bench, run_ladder
 
+    per = opts.warmup + opts.runs
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err, transient=True) as prog:
-        task = prog.add_task("bench", total=opts.warmup + opts.runs)
+        task = prog.add_task("bench", total=per * len(levels or [1]))
 
-        def cb(phase: str, i: int, total: int) -> None:
+        def cb(phase: str, i: int, total: int, level: int | None = None) -> None:
             label = {"warmup": "warm-up", "run": "run", "done": "done"}[phase]
             shown = i + 1 - opts.warmup if phase == "run" else i + 1
-            prog.update(task, completed=i, description=f"{label} {min(shown, total)}")
+            done = (levels.index(level) * per if levels and level is not None else 0) + i
+            where = f"concurrency {level}: " if level is not None else ""
+            prog.update(task, completed=done, description=f"{where}{label} {min(shown, total)}")
 
-        result = run_bench(opts, progress=cb)
-    return result
+        if levels and len(levels) > 1:
+            return run_ladder(opts, levels, progress=lambda n, ph, i, t: cb(ph, i, t, n))
+        return run_bench(opts, progress=cb)
 
 
 def _f(x: float | None, fmt: str = "{:.1f}") -> str:
@@ -109,17 +110,57 @@ def render(result: dict[str, Any]) -> None:
         out.print(f"[red]{s['failed_requests']} request(s) failed[/]: {result['errors'][0]}")
 
 
+def render_ladder(doc: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    t = Table(title=f"ladder: {doc['label']}  ({doc['model']}); per stream = decode tok/s of one "
+                    f"request, accept len incl. bonus", title_justify="left")
+    for col in ("concurrency", "per stream tok/s", "total tok/s", "TTFT ms", "accept len", "ok runs",
+                "failed"):
+        t.add_column(col, justify="right")
+    for lv in doc["levels"]:
+        s = lv["summary"]
+        t.add_row(str(s["concurrency"]), _f(s["per_stream_tok_s"]), _f(s["throughput_tok_s"]),
+                  _f(s["ttft_s"] and s["ttft_s"] * 1000), _f(s["accept_length"], "{:.2f}"),
+                  f"{s['ok_runs']}/{doc['params']['runs']}", str(s["failed_requests"]))
+    out.print(t)
+    for lv in doc["levels"]:
+        errs = lv["bench"]["errors"]
+        if errs:
+            out.print(f"[red]concurrency {lv['concurrency']}: {len(errs)} failed request(s)[/]: {errs[0]}",
+                      highlight=False)
+
+
 def run(args: argparse.Namespace) -> int:
     from ..bench import write_json
 
-    opts = options_from_args(args)
-    result = run_with_progress(opts)
+    check_out(args.out)
+    opts, levels = options_from_args(args)
+    try:
+        result = run_with_progress(opts, levels)
+    except KeyboardInterrupt:
+        err.print("bench interrupted (Ctrl-C): open streams closed, nothing written",
+                  highlight=False, markup=False)
+        return 130
     if args.out:
         write_json(args.out, result)
+    ladder = len(levels) > 1
     if args.json:
         print_json(result)
     else:
-        render(result)
+        (render_ladder if ladder else render)(result)
         if args.out:
             out.print(f"wrote {args.out}")
-    return 0 if result["summary"]["ok_runs"] == args.runs else 1
+    if ladder:
+        if args.plot:
+            from ..plot import plot_ladders
+
+            try:
+                out.print(f"wrote {plot_ladders([result], args.plot)}")
+            except UserError as exc:
+                err.print(f"plot skipped: {exc}", highlight=False, markup=False)
+        ok = all(lv["summary"]["ok_runs"] == args.runs and not lv["summary"]["failed_requests"]
+                 for lv in result["levels"])
+        return 0 if ok else 1
+    s = result["summary"]
+    return 0 if s["ok_runs"] == args.runs and not s["failed_requests"] else 1

@@ -6,12 +6,14 @@ import argparse
 
 from ..console import out, print_json
 
-HELP = "Compare bench results: tok/s avg and peak, accept length, % vs a baseline."
+HELP = ("Compare bench results: tok/s avg and peak, accept length, % vs a baseline; "
+        "ladders per concurrency level.")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("files", nargs="+", metavar="FILE.json",
-                   help="bench result files (sgl-eagle3 bench --out) or a sweep results.json")
+                   help="bench result files (sgl-eagle3 bench --out), a sweep results.json, or "
+                        "concurrency ladders (bench --concurrency 1,2,4 --out; all files ladders)")
     p.add_argument("--baseline", metavar="LABEL",
                    help="label of the baseline row (default: a sweep's no-spec config, else the first file)")
     p.add_argument("--metric", default="decode_tok_s",
@@ -24,6 +26,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from .. import compare
 
+    if compare.is_ladder_set(args.files):
+        lr = compare.ladder_rows(compare.load_ladders(args.files), args.baseline)
+        if args.json:
+            print_json(lr)
+        elif args.markdown:
+            out.print(compare.ladder_markdown(lr), highlight=False, markup=False)
+        else:
+            out.print(compare.ladder_rich_table(lr))
+        return 0
     rs = compare.rows(compare.load(args.files), args.baseline, args.metric)
     if args.json:
         print_json(rs)

@@ -37,14 +37,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", metavar="DIR", default=None,
                    help="where to build the tiny models (default OUT/models)")
     p.add_argument("--runs", type=int, default=3, help="measured bench runs (after 1 warm-up)")
-    p.add_argument("--max-tokens", type=int, default=200)
-    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--max-tokens", type=int, default=200,
+                   help="tokens generated per bench request (default 200)")
+    p.add_argument("--port", type=int, default=30000,
+                   help="port of the demo's SGLang server (default 30000; must be free)")
     p.add_argument("--profile-every", type=int, default=20, help="cycles per profile window")
     p.add_argument("--profile-mode", choices=("events", "wall", "sync"), default=None)
     p.add_argument("--timeout", type=float, default=600, help="seconds to wait for the server")
     p.add_argument("--server-args", default="", metavar="'ARGS'",
                    help="extra SGLang server flags, one quoted string")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0,
+                   help="random seed of the tiny models' weights (default 0; same seed, same models)")
     p.add_argument("--dry-run", action="store_true", help="show what would run, even on a GPU")
 
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import os
 
-from .. import __version__
+from .. import __version__, settings
 from ..console import out, print_json
 from ..sglang_env import locate
 
 HELP = "Report the SGLang install, its EAGLE worker family, usable routes, patch state and env."
 
 # Env that changes how a speculative server behaves or how we measure it.
-ENV_PREFIXES = ("NCCL_", "EAGLE3_PROFILE", "SGLANG_EAGLE3_", "SGLANG_ENABLE_SPEC_V2",
+ENV_PREFIXES = ("NCCL_", *settings.PREFIXES, "SGLANG_ENABLE_SPEC_V2",
                 "SGLANG_PLUGINS", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_MAX_CONNECTIONS")
 
 

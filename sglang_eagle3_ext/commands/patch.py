@@ -111,6 +111,9 @@ def _status(env, as_json: bool) -> int:
         return 0
     out.print(f"SGLang {env.version} ({', '.join(env.families) or 'no eagle worker'}) at {env.package_dir}")
     out.print(f"state: {st['state']}")
+    if st["pending"]:
+        out.print(f"  a `patch {st['pending']}` was killed mid-way; every file is in a known state: run "
+                  f"`sgl-eagle3 patch {st['pending']}` again to finish, or `sgl-eagle3 patch revert`")
     man = st["manifest"]
     if man:
         out.print(f"applied {man['applied_at']} by sgl-eagle3 {man['tool_version']} on SGLang "

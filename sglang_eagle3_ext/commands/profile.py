@@ -1,4 +1,6 @@
-"""`sgl-eagle3 profile FILE...`: phase tables, accept length, break-even, and prediction from one run."""
+"""`sgl-eagle3 profile FILE...`: the steady-state phase table, the cost of request boundaries,
+per-batch-size figures, break-even, prediction from one run, and agreement with the client's
+numbers (--bench)."""
 
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ _MAX_NOTES = 4
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("files", nargs="+", metavar="FILE",
-                   help="eagle3_prof/1 JSONL (EAGLE3_PROFILE_OUT) or a server log with EAGLE3_PROF blocks")
+                   help="eagle3_prof JSONL (EAGLE3_PROFILE_OUT; its .rankN siblings are found too) "
+                        "or a server log with EAGLE3_PROF blocks")
     p.add_argument("--baseline-tps", type=float, metavar="X",
                    help="no-spec decode tok/s of the same server: adds break-even accept length and margin")
     p.add_argument("--baseline-step-ms", type=float, metavar="MS",
@@ -33,6 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--all-windows", action="store_true",
                    help="keep window 1 (the process's warm-up cycles) in the summary")
+    p.add_argument("--bench", metavar="BENCH.json",
+                   help="the client's result of the same run (sgl-eagle3 bench JSON, or SGLang "
+                        "bench_serving --output-file JSON/JSONL): decode tok/s and accept length side by side")
 
 
 def _fmt(v: float | None, spec: str = ".2f") -> str:
@@ -55,7 +61,7 @@ def _with_baseline(s: dict[str, Any], baseline_tps: float | None) -> dict[str, A
 def _table(summaries: list[dict[str, Any]], baseline_tps: float | None):
     from rich.table import Table
 
-    t = Table(title="EAGLE-3 decode cycle (accept length incl. the bonus token)", show_lines=False)
+    t = Table(title="EAGLE-3 decode cycle, steady state (accept length incl. the bonus token)", show_lines=False)
     t.add_column("", no_wrap=True)
     names = [Path(s["file"]).name for s in summaries]
     unique = len(set(names)) == len(names)
@@ -72,6 +78,7 @@ def _table(summaries: list[dict[str, Any]], baseline_tps: float | None):
                              for k in ("steps", "topk", "draft_tokens")))
     row("SGLang", lambda s: s["sglang_version"] or "?")
     row("cycles", lambda s: "?" if s["cycles"] is None else str(s["cycles"]))
+    row("phases below are", _basis)
     for key, label in _LABELS:
         def cell(s: dict[str, Any], key: str = key) -> str:
             ms = s["phases"][key]["mean_ms"]
@@ -84,7 +91,10 @@ def _table(summaries: list[dict[str, Any]], baseline_tps: float | None):
     row("Accept len (incl. bonus)", lambda s: _fmt(s["accept_len"], ".3f"))
     row("Accept by position (cond.)",
         lambda s: " ".join(_fmt(r) for r in s["per_position"]) if s["per_position"] else "n/a")
-    row("Eff tok/s", lambda s: _fmt(s["eff_tok_s"], ".1f"))
+    row("Eff tok/s (per stream)", lambda s: _fmt(s["eff_tok_s"], ".1f"))
+    if any(s["basis"] == "steady" for s in summaries):
+        row("all cycles: cycle / eff tok/s", lambda s: f"{_fmt(s['all_cycles']['phases']['cycle']['mean_ms'])} ms / "
+            f"{_fmt(s['all_cycles']['eff_tok_s'], '.1f')}")
     if any(s.get("probe_read_us_per_cycle") is not None for s in summaries):
         row("Probe read cost", lambda s: "n/a" if s.get("probe_read_us_per_cycle") is None
             else f"{s['probe_read_us_per_cycle']:.1f} us/cycle")
@@ -95,12 +105,117 @@ def _table(summaries: list[dict[str, Any]], baseline_tps: float | None):
     return t
 
 
+def _basis(s: dict[str, Any]) -> str:
+    st = s.get("steady")
+    if s["basis"] == "steady":
+        return f"{st['cycles']} steady cycles"
+    return "all cycles (no steady split)" if st is None else "all cycles (no steady cycle)"
+
+
+def _boundary_table(summaries: list[dict[str, Any]]):
+    """What request boundaries cost, apart from the steady table (one column per file)."""
+    from rich.table import Table
+
+    have = [s for s in summaries if s.get("boundary")]
+    if not have:
+        return None
+    t = Table(title="Request boundaries (cycles next to a join/leave, prefill/extend, batch change, idle gap)")
+    t.add_column("", no_wrap=True)
+    for s in have:
+        t.add_column(Path(s["file"]).name, justify="right", overflow="fold")
+
+    def row(label: str, fn) -> None:
+        t.add_row(label, *[fn(s["boundary"], s) for s in have])
+
+    row("boundary cycles", lambda b, s: f"{b['cycles']} of {s['cycles']}")
+    row("reasons (cycles)", lambda b, s: ", ".join(f"{k} {v}" for k, v in b["reasons"].items() if v) or "-")
+    row("extra ms over steady p50", lambda b, s: _fmt(b.get("extra_ms")))
+    row("joins (prefill/extend)", lambda b, s: str(b.get("joins") or 0))
+    row("ms per join", lambda b, s: _fmt(b.get("extra_ms_per_join")))
+    row("made of (extra ms)", lambda b, s: ", ".join(
+        f"{k} {v:.2f}" for k, v in (b.get("extra_by_phase") or {}).items() if v) or "-")
+    return t
+
+
+def _batch_table(summaries: list[dict[str, Any]]):
+    from rich.table import Table
+
+    t = Table(title="Steady cycles by batch size")
+    for c in ("file", "batch", "cycles", "accept len", "cycle ms (p50)", "tok/s per stream", "tok/s total"):
+        t.add_column(c, justify="left" if c == "file" else "right")
+    for s in summaries:
+        for bs, v in (s.get("by_batch") or {}).items():
+            cyc = (v.get("phases") or {}).get("cycle") or {}
+            t.add_row(Path(s["file"]).name, bs, str(v["cycles"]), _fmt(v.get("accept_len"), ".3f"),
+                      f"{_fmt(cyc.get('mean_ms'))} ({_fmt(cyc.get('p50_ms'))})",
+                      _fmt(v.get("per_stream_tok_s"), ".1f"), _fmt(v.get("throughput_tok_s"), ".1f"))
+    return t if t.row_count else None
+
+
+def _agreement_table(s: dict[str, Any], a: dict[str, Any]):
+    from rich.table import Table
+
+    c = a["client"]
+    t = Table(title=f"Profile vs client ({c['kind']}: {Path(c['file']).name})")
+    for col in ("", "profile", "client", "difference"):
+        t.add_column(col, justify="right" if col else "left")
+
+    def pct(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:+.1f}%"
+
+    d, al = a["decode_tok_s"], a["accept_len"]
+    t.add_row(f"decode tok/s per stream ({s['basis']} cycles)", _fmt(d["profile"], ".1f"),
+              _fmt(d["client"], ".1f"), pct(d["diff_pct"]))
+    if s["basis"] == "steady":
+        ac = a["all_cycles_decode_tok_s"]
+        t.add_row("decode tok/s per stream (all cycles)", _fmt(ac["profile"], ".1f"), _fmt(d["client"], ".1f"),
+                  pct(ac["diff_pct"]))
+    t.add_row("accept len (incl. bonus)", _fmt(al["profile"], ".3f"), _fmt(al["client"], ".3f"), pct(al["diff_pct"]))
+    t.caption = f"client decode rate: {c['decode_def']}"
+    return t
+
+
+def _rank_groups(files: list[str]) -> list[list[str]]:
+    """Files of one run's TP ranks together: every FILE plus its ``.rankN`` siblings, grouped by
+    the EAGLE3_PROFILE_OUT path they share; rank 0 (the path itself) first."""
+    groups: dict[str, list[str]] = {}
+    for f in files:
+        base, _ = profile_log.rank_base(f)
+        g = groups.setdefault(base, [])
+        rank0 = [base] if Path(base).is_file() else []
+        for q in [*rank0, f, *map(str, profile_log.rank_siblings(f))]:
+            if q not in g:
+                g.append(q)
+    return [sorted(g, key=lambda q: (profile_log.rank_base(q)[1] or 0, q)) for g in groups.values()]
+
+
+def _rank_table(base: str, spread: dict[str, Any]):
+    from rich.table import Table
+
+    stat = "p50" if spread["stat"] == "p50_ms" else "mean"
+    t = Table(title=f"Per-rank phase {stat} ({spread['basis']} cycles): {Path(base).name} and its .rankN streams")
+    t.add_column("phase", no_wrap=True)
+    for r in spread["ranks"]:
+        t.add_column(f"rank {r}", justify="right")
+    t.add_column("spread", justify="right")
+    t.add_column("slowest", justify="right")
+    for key, label in (*_LABELS, ("cycle", "TOTAL cycle")):
+        ph = spread["phases"].get(key)
+        if not ph:
+            continue
+        t.add_row(label, *[_fmt(ph["by_rank"].get(str(r))) for r in spread["ranks"]],
+                  f"{ph['spread_ms']:.2f} ms" + ("" if ph["spread_pct"] is None else f" ({ph['spread_pct']:.1f}%)"),
+                  f"rank {ph['slowest_rank']}" if ph["spread_ms"] > 0 else "-")
+    t.caption = f"slowest rank: {spread['slowest_rank']} (highest cycle {stat})"
+    return t
+
+
 def _predict_table(s: dict[str, Any], preds: list[analysis.Prediction]):
     from rich.table import Table
 
-    t = Table(title=f"Prediction from {s['file']} (topk 1 chain; accept len incl. bonus; "
+    t = Table(title=f"Prediction from {s['file']} ({s['basis']} cycles; topk 1 chain; accept len incl. bonus; "
                     f"verify+extend+other held flat, draft ms per step x steps)")
-    for c in ("steps", "draft tok", "accept len", "cycle ms", "tok/s", "vs base", ""):
+    for c in ("steps", "draft tok", "accept len", "cycle ms", "tok/s", "vs base", "row"):
         t.add_column(c, justify="right")
     for p in preds:
         t.add_row(
@@ -118,8 +233,14 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--baseline-tps must be positive (got {args.baseline_tps:g})", exit_code=2)
     if args.baseline_step_ms is not None and args.baseline_step_ms <= 0:
         raise UserError(f"--baseline-step-ms must be positive (got {args.baseline_step_ms:g})", exit_code=2)
-    summaries = [_with_baseline(profile_log.summarize(profile_log.load(f), all_windows=args.all_windows), args.baseline_tps)
-                 for f in args.files]
+    summaries = []
+    ranks: dict[str, Any] = {}
+    for group in _rank_groups(args.files):
+        per = [profile_log.summarize(profile_log.load(f), all_windows=args.all_windows) for f in group]
+        summaries.append(_with_baseline(per[0], args.baseline_tps))  # the table shows rank 0's stream
+        spread = profile_log.rank_spread(per)
+        if spread:
+            ranks[profile_log.rank_base(group[0])[0]] = spread
     step_ms = args.baseline_step_ms or (1000.0 / args.baseline_tps if args.baseline_tps else None)
     predictions: dict[str, Any] = {}
     if args.predict:
@@ -129,6 +250,10 @@ def run(args: argparse.Namespace) -> int:
             except UserError as exc:
                 raise UserError(f"{s['file']}: {exc}", exit_code=exc.exit_code) from None
             predictions[s["file"]] = {"rows": preds, "recommendation": analysis.recommend(preds)}
+    agree: dict[str, Any] = {}
+    if args.bench:
+        client = profile_log.read_client(args.bench)
+        agree = {s["file"]: profile_log.agreement(s, client) for s in summaries}
 
     if args.json:
         print_json({
@@ -139,10 +264,20 @@ def run(args: argparse.Namespace) -> int:
                                 "recommendation": v["recommendation"],
                                 "baseline_step_ms": step_ms}
                             for f, v in predictions.items()},
+            "agreement": agree,
+            "ranks": ranks,
         })
         return 0
 
     out.print(_table(summaries, args.baseline_tps))
+    for extra in (_boundary_table(summaries), _batch_table(summaries)):
+        if extra is not None:
+            out.print(extra)
+    for base, spread in ranks.items():
+        out.print(_rank_table(base, spread))
+    for s in summaries:
+        if s["file"] in agree:
+            out.print(_agreement_table(s, agree[s["file"]]))
     for s in summaries:
         notes = s["notes"]
         for n in notes[:_MAX_NOTES]:

@@ -9,14 +9,17 @@ from typing import Any
 from ..console import err, out
 from ..errors import UserError
 
-HELP = "Sweep steps/topk/draft tokens (+ no-spec baseline, NCCL, custom all-reduce): bench each, analyse."
+HELP = ("Sweep steps/topk/draft tokens (+ no-spec baseline, NCCL, custom all-reduce) x concurrency: "
+        "bench each, analyse, recommend per tier.")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("sweep_file", metavar="SWEEP.yaml", nargs="?", help="the matrix (see docs/sweep.md)")
     p.add_argument("--report", metavar="DIR",
-                   help="start nothing: re-read DIR's results.json and probe files, redo table, analysis, plots")
-    p.add_argument("--out", metavar="DIR", help="output folder (default sweep-<name>)")
+                   help="start nothing: re-read DIR's results.json and probe files, print table and "
+                        "analysis; DIR is never written (--out writes results, table, plots there)")
+    p.add_argument("--out", metavar="DIR", help="output folder (default sweep-<name>; with --report: "
+                   "where to write the redone results.json, table.md and plots, nothing if absent)")
     p.add_argument("--resume", action="store_true",
                    help="continue a sweep in --out: configs already ok are skipped, failed ones re-run")
     p.add_argument("--plan", action="store_true", help="print the configs and exit (nothing started)")
@@ -30,7 +33,8 @@ def _f(x: float | None, fmt: str = "{:.1f}") -> str:
 def print_analysis(a: dict[str, Any]) -> None:
     cm = a.get("cost_model")
     if cm:
-        out.print(f"Cost model ({cm['family']}): cycle_ms = {cm['c0']:.2f} + {cm['cd']:.2f} x steps "
+        sign = "-" if cm["cd"] < 0 else "+"
+        out.print(f"Cost model ({cm['family']}): cycle_ms = {cm['c0']:.2f} {sign} {abs(cm['cd']):.2f} x steps "
                   f"(RMS misfit {cm['residual_ms']:.2f} ms over {cm['n']} configs)")
     rows = [r for r in a.get("break_even", []) if r["break_even"] is not None]
     if rows:
@@ -43,16 +47,54 @@ def print_analysis(a: dict[str, Any]) -> None:
     pr = a.get("predicted")
     if pr and pr["rows"]:
         out.print(f"Predicted from one run ({pr['from']}) beside measured:")
-        out.print("  steps  kind       pred AL  pred tok/s  meas AL  meas tok/s")
+        out.print("  steps  kind       pred AL  pred tok/s  model tok/s  meas AL  meas tok/s")
         for r in pr["rows"]:
             out.print(f"  {r['steps']:>5}  {r['kind']:<9} {r['pred_accept_length']:>8.2f}  "
-                      f"{r['pred_tok_s']:>10.1f}  {_f(r['meas_accept_length'], '{:.2f}'):>7}  "
-                      f"{_f(r['meas_tok_s']):>10}")
+                      f"{r['pred_tok_s']:>10.1f}  {_f(r.get('model_tok_s')):>11}  "
+                      f"{_f(r['meas_accept_length'], '{:.2f}'):>7}  {_f(r['meas_tok_s']):>10}")
+        out.print("  (pred: this one run's phases; model: the cost-model fit over every config, which "
+                  "the recommendation and best k use)")
     if a.get("best_k") is not None:
         out.print(f"Predicted best k (cost model + measured acceptance): {a['best_k']}")
     for n in a.get("notes", []):
         out.print(f"[dim]note: {n}[/]")
     out.print(f"[bold]Recommendation:[/] {a['recommendation']}")
+
+
+def print_tiers(t: dict[str, Any]) -> None:
+    """Steps x concurrency: per-stream tok/s per cell (measured; * = predicted), best per tier."""
+    from rich.table import Table
+
+    meas = {(r["steps"], r["batch_size"]): r["per_stream_tok_s"] for r in t["measured"]}
+    pred = {(r["steps"], r["batch_size"]): r["per_stream_tok_s"] for r in t["predicted"]}
+    steps = sorted({k for k, _ in meas} | {k for k, _ in pred})
+    tab = Table(title="per-stream decode tok/s by concurrency (batch size) and steps (0 = no-spec); "
+                      "* = predicted (cost model)", title_justify="left")
+    tab.add_column("batch size", justify="right")
+    for k in steps:
+        tab.add_column(f"steps {k}", justify="right")
+    tab.add_column("best", justify="right")
+    tab.add_column("spec vs no-spec", justify="right")
+    for r in t["recommendation"]:
+        b = r["batch_size"]
+        cells = []
+        for k in steps:
+            v, star = meas.get((k, b)), ""
+            if v is None and (k, b) in pred:
+                v, star = pred[(k, b)], "*"
+            cells.append("-" if v is None else f"{v:.1f}{star}")
+        g = r["gain_pct"]
+        tab.add_row(str(b), *cells, f"{r['best_steps']}{'' if r['source'] == 'measured' else '*'}",
+                    "-" if g is None else f"{g:+.1f}%")
+    out.print(tab)
+    cm = t.get("cost_model")
+    if cm:
+        out.print(f"Cost model over tokens in flight (probes, steady cycles): verify ms = {cm['verify_ms']} "
+                  f"(RMS {cm['verify_fit']['rms_ms']:.2f} ms, {cm['verify_fit']['n']} points); draft ms/step = "
+                  f"{cm['draft_ms_per_step']}", highlight=False)
+    for n in t.get("notes", []):
+        out.print(f"[dim]note: {n}[/]")
+    out.print(f"[bold]Per tier:[/] {t['sentence']}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -67,7 +109,19 @@ def run(args: argparse.Namespace) -> int:
             prof = out_dir / "configs" / c["slug"] / "prof.jsonl"
             if prof.exists():
                 c["profile"] = sweep.profile_summary(prof)
-        return _report(doc, out_dir, args.no_plots)
+        dest = Path(args.out) if args.out else None
+        if dest is not None and dest.resolve() == out_dir.resolve():
+            raise UserError(f"--out {dest} is the folder --report reads: give another folder", exit_code=2)
+        if dest is None:
+            import tempfile
+
+            with tempfile.TemporaryDirectory() as tmp:
+                rc = _report(doc, Path(tmp), no_plots=True, scratch=True)
+            out.print(f"nothing written ({out_dir} is only read); --out DIR writes results.json, "
+                      "table.md and plots there", highlight=False, markup=False)
+            return rc
+        dest.mkdir(parents=True, exist_ok=True)
+        return _report(doc, dest, args.no_plots)
     if not args.sweep_file:
         raise UserError("give a SWEEP.yaml (or --report DIR)", exit_code=2)
     spec = sweep.load_spec(args.sweep_file)
@@ -75,6 +129,8 @@ def run(args: argparse.Namespace) -> int:
     out.print(f"Sweep {spec.name}: {len(spec.configs)} config(s) -> {out_dir}")
     for s in spec.skipped:
         out.print(f"  skipped {s['name']}: {s['reason']}")
+    if len(spec.concurrency) > 1:
+        out.print(f"  each config benched at concurrency {', '.join(map(str, spec.concurrency))}")
     if args.plan:
         for c in spec.configs:
             out.print(f"  {c.name}")
@@ -87,8 +143,9 @@ def run(args: argparse.Namespace) -> int:
     return _report(doc, out_dir, args.no_plots)
 
 
-def _report(doc: dict[str, Any], out_dir: Path, no_plots: bool) -> int:
-    """Failures, the comparison table, the analysis and the plots of one sweep document."""
+def _report(doc: dict[str, Any], out_dir: Path, no_plots: bool, scratch: bool = False) -> int:
+    """Failures, the comparison table, the analysis and the plots of one sweep document.
+    ``scratch``: out_dir is a temporary folder (report only): its files are not announced."""
     from .. import compare, sweep
     from ..bench import write_json
 
@@ -105,17 +162,27 @@ def _report(doc: dict[str, Any], out_dir: Path, no_plots: bool) -> int:
     if rs:
         out.print(compare.rich_table(rs))
         (out_dir / "table.md").write_text(compare.markdown(rs) + "\n")
+    from .. import tiers
+
     analysis = sweep.analyse(doc)
+    analysis["tiers"] = tiers.analyse(doc, out_dir)
     doc["analysis"] = analysis
     write_json(out_dir / "results.json", doc)
     print_analysis(analysis)
+    if analysis["tiers"]:
+        print_tiers(analysis["tiers"])
     if not no_plots and rs:
         from .. import plot
 
         try:
             for p in plot.plots(doc, out_dir):
                 out.print(f"wrote {p}")
+            ladders = [dict(c["ladder"], label=c["name"]) for c in doc["configs"]
+                       if c.get("status") == "ok" and c.get("ladder")]
+            if ladders:
+                out.print(f"wrote {plot.plot_ladders(ladders, out_dir / 'ladder.png')}")
         except UserError as exc:
             err.print(f"[yellow]plots skipped:[/] {exc}")
-    out.print(f"wrote {out_dir / 'results.json'}" + (f", {out_dir / 'table.md'}" if rs else ""))
+    if not scratch:
+        out.print(f"wrote {out_dir / 'results.json'}" + (f", {out_dir / 'table.md'}" if rs else ""))
     return 0 if not failed else 1

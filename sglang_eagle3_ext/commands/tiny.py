@@ -7,6 +7,7 @@ import time
 
 from ..console import err, out, print_json
 from ..errors import UserError
+from ..resources import output_dir
 
 HELP = "Build a tiny (or real-shape) target + EAGLE-3 draft + tokenizer offline, with a chosen acceptance."
 
@@ -74,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
     from .. import tiny
 
     accs, shape, trained = validate(args)  # before importing torch
+    output_dir(args.out)  # /etc/passwd/x, no permission: one line before any model is built
     t0 = time.perf_counter()
     label = ",".join(x.strip() for x in str(args.acceptance).split(","))
     what = "tiny models" if shape.name == "tiny" and not shape.overrides else f"{shape.name} models"

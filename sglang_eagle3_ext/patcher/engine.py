@@ -10,7 +10,6 @@ a no-op; a file changed since patching is "drifted" and is never overwritten wit
 from __future__ import annotations
 
 import difflib
-import re
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -23,8 +22,6 @@ from ..sglang_env import SGLangEnv
 from . import manifest as mf
 from .spec import Patch, load_specs, select
 from .transform import MARKER, FileResult, transform_source
-
-_AUX_RE = re.compile(r"^(emb|-?\d+)(,(emb|-?\d+))*$")
 
 
 @dataclass
@@ -50,16 +47,15 @@ class Plan:
 
 
 def _norm_aux(value: str | None, previous: dict[str, Any] | None) -> str | None:
-    """``None`` keeps what was applied before; ``off`` removes the override."""
+    """``None`` keeps what was applied before; ``off`` removes the override. Parsed by the one
+    aux-layer parser (layers.parse_layers); the target is unknown here, so no range check."""
     if value is None:
         return (previous or {}).get("aux_layers")
-    v = value.replace(" ", "")
-    if v.lower() in ("off", "none", ""):
+    if value.strip().lower() in ("off", "none", ""):
         return None
-    if not _AUX_RE.match(v):
-        raise UserError(f"--aux-layers {value!r}: expected comma-separated layer numbers, e.g. 2,30,58 "
-                        "(or 'emb'); 'off' removes the override", exit_code=2)
-    return v
+    from ..layers import format_layers, parse_layers
+
+    return format_layers(parse_layers(value))
 
 
 def _target_files(env: SGLangEnv, patches: list[Patch]) -> dict[str, list[Patch]]:
@@ -84,7 +80,7 @@ def _base_bytes(env: SGLangEnv, rel: str, current: bytes, entry: dict | None, er
     h = mf.sha256(current)
     if h == entry["before"]:
         return current
-    if h == entry["after"]:
+    if h in (entry["after"], entry.get("previous")):  # patched by this set, or by the one before
         pristine = mf.pristine_path(env.package_dir, rel)
         data = pristine.read_bytes() if pristine.is_file() else b""
         if mf.sha256(data) != entry["before"]:
@@ -164,35 +160,101 @@ def apply(env: SGLangEnv, *, only: list[str] | None = None, aux_layers: str | No
         files = {f.rel: f for f in pl.files if f.action == "patch"}
         names = [p.name for p in pl.patches]
         prev = pl.previous or {}
-        if not pl.changes and prev.get("patches") == names and \
+        _drop_orphans(env, set(prev.get("files", {})))
+        if not pl.changes and prev.get("patches") == names and not prev.get("pending") and \
                 prev.get("aux_layers") == pl.options["aux_layers"]:
             return pl
-        # pristine copies first, then the manifest, then the files: a crash at any point leaves
-        # every file either original or patched, and the manifest knows both hashes.
+        # Crash safety (docs/patching.md): pristine copies first; then a "pending" manifest that
+        # lists every file this run may touch with every hash it may have meanwhile (original,
+        # the new patched bytes, and the bytes of the set applied before); then the files; then
+        # the final manifest. A kill at any point leaves each file original, patched by the old
+        # set or patched by the new one, all three known, so `revert` and a re-run of `apply` work.
         prev_files = prev.get("files", {})
+        sweep_temp(env, set(prev_files) | set(files))
         for rel, f in files.items():
             if rel not in prev_files:
                 mf.atomic_write(mf.pristine_path(env.package_dir, rel), f.current)
-        entries = {}
+        final: dict[str, dict[str, Any]] = {}
         for rel, f in files.items():
             before = prev_files[rel]["before"] if rel in prev_files else mf.sha256(f.current)
-            entries[rel] = {"before": before, "after": mf.sha256(f.new),
-                            "patches": sorted({i.patch for i in f.result.inserted if i.patch != "(import)"}),
-                            "insertions": len(f.result.inserted)}
-        mf.write(env.package_dir, {
-            "sglang_version": env.version, "families": env.families,
-            "applied_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "tool_version": __version__,
-            "patches": names, "aux_layers": pl.options["aux_layers"], "files": entries,
-        })
-        for f in pl.changes:
-            path = env.path(f.rel)
-            mode = path.stat().st_mode & 0o7777 if path.exists() else None
-            mf.atomic_write(path, f.new, mode)
-            mf.drop_bytecode(path)
+            final[rel] = {"before": before, "after": mf.sha256(f.new),
+                          "patches": sorted({i.patch for i in f.result.inserted if i.patch != "(import)"}),
+                          "insertions": len(f.result.inserted)}
+        pending = {rel: {**e, "previous": _previous(prev_files.get(rel))} for rel, e in final.items()}
+        for f in pl.files:
+            if f.action == "restore":  # on its way back to the original bytes
+                e = prev_files[f.rel]
+                pending[f.rel] = {"before": e["before"], "after": e["before"],
+                                  "previous": _previous(e), "patches": []}
+        head = {"sglang_version": env.version, "families": env.families,
+                "applied_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "tool_version": __version__,
+                "patches": names, "aux_layers": pl.options["aux_layers"]}
+        mf.write(env.package_dir, {**head, "pending": "apply", "files": pending})
+        written: list[FilePlan] = []
+        try:
+            for f in pl.changes:
+                _write(env, f.rel, f.new)
+                written.append(f)
+        except UserError as exc:  # e.g. a read-only folder: put back what was written, then the state
+            _roll_back(env, written, pl.previous, set(files) - set(prev_files))
+            raise UserError(f"{exc}; rolled back: nothing changed") from None
+        mf.write(env.package_dir, {**head, "files": final})
         for f in pl.files:
             if f.action == "restore":
-                mf.pristine_path(env.package_dir, f.rel).unlink(missing_ok=True)
+                mf.remove(mf.pristine_path(env.package_dir, f.rel))
         return pl
+
+
+def _write(env: SGLangEnv, rel: str, data: bytes) -> None:
+    path = env.path(rel)
+    mode = path.stat().st_mode & 0o7777 if path.exists() else None
+    mf.atomic_write(path, data, mode)
+    mf.drop_bytecode(path)
+
+
+def _roll_back(env: SGLangEnv, written: list[FilePlan], previous: dict[str, Any] | None,
+               new_copies: set[str]) -> None:
+    """Undo a failed apply's writes (best effort; what cannot be undone stays listed as pending)."""
+    for f in reversed(written):
+        _write(env, f.rel, f.current)
+    for rel in new_copies:
+        mf.remove(mf.pristine_path(env.package_dir, rel))
+    if previous is not None:
+        mf.write(env.package_dir, previous)
+    else:
+        mf.remove(mf.state_dir(env.package_dir) / "manifest.json")
+        shutil.rmtree(mf.state_dir(env.package_dir) / "pristine", ignore_errors=True)
+
+
+def _previous(entry: dict[str, Any] | None) -> str | None:
+    """The patched hash a file may still have from the set applied before (None: none)."""
+    if entry is None or entry["after"] == entry["before"]:
+        return entry.get("previous") if entry else None
+    return entry["after"]
+
+
+def _drop_orphans(env: SGLangEnv, keep: set[str]) -> None:
+    """Pristine copies no manifest entry needs (a kill between two steps left them)."""
+    pristine = mf.state_dir(env.package_dir) / "pristine"
+    if not pristine.is_dir():
+        return
+    for p in pristine.rglob("*.orig"):
+        if p.relative_to(pristine).as_posix().removesuffix(".orig") not in keep:
+            mf.remove(p)
+
+
+def _tmp_folders(env: SGLangEnv, rels: set[str]) -> set[Path]:
+    folders = {env.path(r).parent for r in rels}
+    pristine = mf.state_dir(env.package_dir) / "pristine"
+    folders.add(mf.state_dir(env.package_dir))
+    if pristine.is_dir():
+        folders |= {d for d in pristine.rglob("*") if d.is_dir()} | {pristine}
+    return folders
+
+
+def sweep_temp(env: SGLangEnv, rels: set[str]) -> int:
+    """Temp files left by a killed write next to our files or in the state folder."""
+    return mf.sweep_temp(_tmp_folders(env, rels))
 
 
 @dataclass
@@ -211,6 +273,7 @@ def revert(env: SGLangEnv, *, force: bool = False) -> RevertReport:
         man = mf.read(env.package_dir)
         if man is None:
             marked = _marked_files(env)
+            sweep_temp(env, set(_spec_targets(env)))
             shutil.rmtree(mf.state_dir(env.package_dir), ignore_errors=True)
             if marked:
                 raise UserError(f"no manifest, but {len(marked)} file(s) carry {MARKER} insertions "
@@ -230,7 +293,7 @@ def revert(env: SGLangEnv, *, force: bool = False) -> RevertReport:
                 continue
             if orig is None or mf.sha256(orig) != entry["before"]:
                 raise UserError(f"refused, nothing written: pristine copy of {rel} is missing or corrupted")
-            if h == entry["after"]:
+            if h in (entry["after"], entry.get("previous")):
                 todo.append((rel, orig))
             else:
                 drifted.append(rel)
@@ -243,6 +306,9 @@ def revert(env: SGLangEnv, *, force: bool = False) -> RevertReport:
             raise UserError(f"refused, nothing written: {len(drifted)} file(s) changed since they were "
                             f"patched ({', '.join(drifted)}); `patch status` shows them as drifted; "
                             "use --force to restore the originals anyway")
+        sweep_temp(env, set(man["files"]))
+        if todo:  # a kill from here on reads as "revert interrupted"; running revert again finishes
+            mf.write(env.package_dir, {**man, "pending": "revert"})
         for rel, orig in todo:
             path = env.path(rel)
             mode = path.stat().st_mode & 0o7777 if path.exists() else None
@@ -250,18 +316,23 @@ def revert(env: SGLangEnv, *, force: bool = False) -> RevertReport:
             mf.drop_bytecode(path)
             if rel not in rep.forced:
                 rep.restored.append(rel)
+        # the manifest goes first: a kill after it leaves only copies of original bytes behind
+        mf.remove(mf.state_dir(env.package_dir) / "manifest.json")
         shutil.rmtree(mf.state_dir(env.package_dir), ignore_errors=True)
     return rep
 
 
-def _marked_files(env: SGLangEnv, specs_dir: Path | None = None) -> list[str]:
-    """Files any spec could touch in this tree that carry our marker (cheap byte search)."""
+def _spec_targets(env: SGLangEnv, specs_dir: Path | None = None) -> list[str]:
     try:
-        specs = load_specs(specs_dir)
+        return list(_target_files(env, load_specs(specs_dir)))
     except UserError:
         return []
+
+
+def _marked_files(env: SGLangEnv, specs_dir: Path | None = None) -> list[str]:
+    """Files any spec could touch in this tree that carry our marker (cheap byte search)."""
     out = []
-    for rel in _target_files(env, specs):
+    for rel in _spec_targets(env, specs_dir):
         p = env.path(rel)
         if p.is_file() and MARKER.encode() in p.read_bytes():
             out.append(rel)
@@ -279,13 +350,17 @@ def status(env: SGLangEnv, specs_dir: Path | None = None) -> dict[str, Any]:
                 state = "missing"
             else:
                 h = mf.sha256(p.read_bytes())
-                state = {entry["after"]: "patched", entry["before"]: "original"}.get(h, "drifted")
+                state = {entry.get("previous"): "patched (previous set)", entry["after"]: "patched",
+                         entry["before"]: "original"}.get(h, "drifted")
             files.append({"path": rel, "state": state, "patches": entry.get("patches", [])})
     else:
         for rel in _marked_files(env, specs_dir):
             files.append({"path": rel, "state": "marked, no manifest", "patches": []})
     states = {f["state"] for f in files}
-    if not files:
+    if man and man.get("pending") and "drifted" not in states and "missing" not in states:
+        # a kill mid-way: every file is one of the known states; say how to finish
+        overall = "interrupted"
+    elif not files:
         overall = "not patched"
     elif states == {"patched"}:
         overall = "patched"
@@ -304,6 +379,7 @@ def status(env: SGLangEnv, specs_dir: Path | None = None) -> dict[str, Any]:
     return {
         "sglang": {"version": env.version, "package_dir": str(env.package_dir), "families": env.families},
         "state": overall,
+        "pending": (man or {}).get("pending"),  # "apply" | "revert": a run was killed mid-way
         "manifest": None if not man else {k: man.get(k) for k in (
             "sglang_version", "applied_at", "tool_version", "patches", "aux_layers")},
         "files": files,
@@ -317,7 +393,7 @@ def status_summary(env: SGLangEnv) -> dict[str, Any]:
     man = st["manifest"] or {}
     return {
         "state": st["state"],
-        "route": "source-patch" if st["state"] in ("patched", "partial", "drifted") else None,
+        "route": "source-patch" if st["state"] in ("patched", "partial", "drifted", "interrupted") else None,
         "patched_files": sum(1 for f in st["files"] if f["state"] == "patched"),
         "patches": man.get("patches", []),
         "aux_layers": man.get("aux_layers"),

@@ -16,9 +16,10 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +41,25 @@ def pristine_path(package_dir: Path, rel: str) -> Path:
     return state_dir(package_dir) / "pristine" / (rel + ".orig")
 
 
+# Test seam for the crash-safety proof (tests/test_patch_crash.py): called at every point where a
+# kill would leave a different tree (a temp file written, a file replaced, a file removed).
+crash_hook: Callable[[str, Path], None] | None = None
+TMP_TAG = ".sglang-eagle3-ext-"  # in every temp file name, so revert/apply can sweep leftovers
+
+
+def checkpoint(what: str, path: Path) -> None:
+    if crash_hook is not None:
+        crash_hook(what, path)
+
+
 def atomic_write(path: Path, data: bytes, mode: int | None = None) -> None:
     """Write via a temp file in the same folder + rename, so readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}{TMP_TAG}", suffix=".tmp")
+    except OSError as exc:
+        raise UserError(f"cannot write {path} ({exc.strerror}); run with the rights that installed "
+                        "SGLang or use --sglang-root on a copy") from exc
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -51,11 +67,35 @@ def atomic_write(path: Path, data: bytes, mode: int | None = None) -> None:
             os.fsync(f.fileno())
         if mode is not None:
             os.chmod(tmp, mode)
+        checkpoint("temp written", Path(tmp))
         os.replace(tmp, path)
-    except BaseException:
+        checkpoint("replaced", path)
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise UserError(f"cannot write {path} ({exc.strerror or exc})") from exc
         raise
+
+
+def remove(path: Path) -> None:
+    """Unlink a file we own (a pristine copy, the manifest); a crash point like a write."""
+    if path.exists():
+        path.unlink(missing_ok=True)
+        checkpoint("removed", path)
+
+
+def sweep_temp(folders: set[Path]) -> int:
+    """Remove temp files a killed write left behind (they carry TMP_TAG); returns how many."""
+    n = 0
+    for d in folders:
+        if not d.is_dir():
+            continue
+        for tmp in d.glob(f".*{TMP_TAG}*.tmp"):
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+                n += 1
+    return n
 
 
 def drop_bytecode(path: Path) -> int:
@@ -80,7 +120,11 @@ def locked(package_dir: Path, timeout: float = 10.0) -> Iterator[None]:
     except OSError as exc:
         raise UserError(f"cannot write to {package_dir} ({exc.strerror}); run with the rights "
                         "that installed SGLang or use --sglang-root on a copy") from exc
-    fd = os.open(d / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(d / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise UserError(f"cannot write to {d} ({exc.strerror}); run with the rights "
+                        "that installed SGLang or use --sglang-root on a copy") from exc
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -101,16 +145,43 @@ def locked(package_dir: Path, timeout: float = 10.0) -> Iterator[None]:
                 d.rmdir()
 
 
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
 def read(package_dir: Path) -> dict[str, Any] | None:
+    """The manifest, shape-checked: a damaged one is one clear error, never a KeyError later."""
     p = state_dir(package_dir) / "manifest.json"
     if not p.is_file():
         return None
+    bad = f"{p}: manifest is damaged"
+    hint = "; reinstall SGLang (or restore its files) and delete the .sglang-eagle3-ext folder"
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{p}: manifest is not valid JSON ({exc}); fix or remove it") from exc
-    if data.get("schema") != SCHEMA:
-        raise UserError(f"{p}: unknown manifest schema {data.get('schema')!r}")
+        data = json.loads(p.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"{bad} (not valid JSON: {exc}){hint}") from exc
+    except OSError as exc:
+        raise UserError(f"{p}: cannot read the manifest ({exc.strerror})") from exc
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        schema = data.get("schema") if isinstance(data, dict) else None
+        raise UserError(f"{p}: unknown manifest schema {schema!r}{hint}")
+    files = data.get("files")
+    if not isinstance(files, dict):
+        raise UserError(f"{bad} (no 'files' table){hint}")
+    for rel, entry in files.items():
+        ok = (isinstance(entry, dict) and isinstance(entry.get("before"), str)
+              and _HEX64.match(entry["before"]) and isinstance(entry.get("after"), str)
+              and _HEX64.match(entry["after"])
+              and (entry.get("previous") is None
+                   or (isinstance(entry["previous"], str) and _HEX64.match(entry["previous"])))
+              and isinstance(entry.get("patches", []), list)
+              and ".." not in Path(rel).parts and not Path(rel).is_absolute())
+        if not ok:
+            raise UserError(f"{bad} (entry {rel!r} lacks valid before/after hashes){hint}")
+    if not isinstance(data.get("patches", []), list) or not all(
+            isinstance(x, str) for x in data.get("patches", [])):
+        raise UserError(f"{bad} ('patches' is not a list of names){hint}")
+    if data.get("aux_layers") is not None and not isinstance(data["aux_layers"], str):
+        raise UserError(f"{bad} ('aux_layers' is not text){hint}")
     return data
 
 

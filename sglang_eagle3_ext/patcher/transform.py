@@ -162,6 +162,7 @@ class _Planner:
         self.modules_used = modules_used
         self.res = res
         self.n_errors = len(res.errors)
+        self._other_branch: Any = None  # set by _decode_branch
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -230,6 +231,14 @@ class _Planner:
                              f"{tgt} (patch {patch.name})")
         if len(located) != len(patch.anchors) or len(self.res.errors) > self.n_errors:
             return
+        other = self._other_branch
+        if isinstance(other, cst.IndentedBlock) and other.body:
+            # the prefill / extend path: tells the probes the decode cycles around it are boundaries
+            self.add(self.before, other.body[0], guarded(a, f'{a}.mark_boundary("extend")'), patch,
+                     "mark_boundary (non-decode branch)")
+        else:
+            self.res.notes.append(f"{self.relpath}: {where}: no non-decode branch to mark "
+                                  f"(patch {patch.name}); boundaries come from batch size and gaps only")
         self.add(self.before, branch.body[0], guarded(a, f"{a}.cycle_begin()"), patch, "cycle_begin")
         for anc in patch.anchors:
             stmt = located[anc.phase][0]
@@ -246,6 +255,7 @@ class _Planner:
 
     def _decode_branch(self, fn: cst.FunctionDef, patch: Patch, where: str) -> cst.IndentedBlock | None:
         found: list[tuple[str, cst.IndentedBlock]] = []
+        others: list[Any] = []  # the non-decode branch next to each decode branch found
         for s in _block_body(fn.body) or []:
             if not isinstance(s, cst.If):
                 continue
@@ -253,9 +263,12 @@ class _Planner:
             for alt in patch.decode_branch:
                 if "if" in alt and any(n.endswith(alt["if"]) for n in names):
                     found.append((f"if {alt['if']}()", s.body))  # type: ignore[arg-type]
+                    others.append(s.orelse.body if isinstance(s.orelse, cst.Else) else None)
                 elif "else_of" in alt and any(n.endswith(alt["else_of"]) for n in names):
                     if isinstance(s.orelse, cst.Else):
                         found.append((f"else of {alt['else_of']}()", s.orelse.body))  # type: ignore[arg-type]
+                        others.append(s.body)
+        self._other_branch = others[0] if len(others) == 1 else None
         wanted = " or ".join(f"if {d['if']}()" if "if" in d else f"else of {d['else_of']}()"
                              for d in patch.decode_branch)
         if len(found) != 1:

@@ -3,7 +3,7 @@
 Per decode cycle it times draft / verify / extend (+ "other" = cycle minus phases), counts the
 tokens accepted (incl. the bonus token) and the acceptance per draft position, and every
 ``EAGLE3_PROFILE_EVERY`` cycles prints the EAGLE3_PROF block (stderr -> server log) and appends one
-``eagle3_prof/1`` JSONL record (rank 0 only). See docs/profiling.md.
+``eagle3_prof/2`` JSONL record (every TP rank its own file; the block from rank 0). See docs/profiling.md.
 
 With ``EAGLE3_PROFILE`` unset (read once at import) every call returns at once: no torch import,
 no torch call, no allocation. ``reset()`` re-reads the environment (tests, demo).
@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = [
-    "enabled", "cycle_begin", "phase_begin", "phase_end", "cycle_end", "record_accept",
+    "enabled", "cycle_begin", "phase_begin", "phase_end", "cycle_end", "record_accept", "mark_boundary",
     "set_spec_config", "flush", "reset", "trace", "windows", "settings",
 ]
 
@@ -26,7 +26,7 @@ _FALSE = ("", "0", "false", "no", "off")
 MODES = ("auto", "events", "wall", "sync")
 
 # In-process observers (tests, demo): the trace list (EAGLE3_PROFILE_TRACE=1) and the records
-# of every window this process emitted (rank 0), newest last.
+# of every window this process emitted (any rank), newest last.
 trace: list[tuple[str, Any]] = []
 windows: deque[dict[str, Any]] = deque(maxlen=1000)
 
@@ -140,6 +140,19 @@ def cycle_end() -> None:
     if p is None:
         return
     p.cycle_end()
+
+
+def mark_boundary(reason: str = "extend") -> None:
+    """A non-decode forward (prefill, the draft's extend) of the speculative worker starts now.
+
+    Called on the non-decode path of forward_batch_generation by both routes. It marks the open
+    decode cycle (whose "other" will hold this forward) and the next one (the first decode of
+    the request it admitted) as boundary cycles: steady figures leave both out.
+    """
+    p = _P
+    if p is None:
+        return
+    p.mark_boundary(reason)
 
 
 def record_accept(per_req: Iterable[int], *, bonus_included: bool) -> None:

@@ -13,8 +13,18 @@ from collections.abc import Iterable
 from time import perf_counter
 from typing import Any
 
-from . import timers
-from .window import CYCLE, PHASES, build_record, format_block
+from . import metrics, timers
+from .window import (
+    CYCLE,
+    EXTEND,
+    IDLE,
+    JOIN,
+    PHASES,
+    build_record,
+    classify,
+    format_block,
+    split_record,
+)
 
 
 def _rank_and_size() -> tuple[int, int]:
@@ -44,6 +54,12 @@ def _sglang_version() -> str | None:
         return None
 
 
+def rank_path(out: str, rank: int) -> str:
+    """Every TP rank writes its own stream: rank 0 to EAGLE3_PROFILE_OUT itself (the file every
+    reader already knows), rank N > 0 to ``<out>.rank<N>`` beside it."""
+    return out if not rank else f"{out}.rank{rank}"
+
+
 class Profiler:
     def __init__(self, s: dict[str, Any], *, backend: Any = None, sink: Any = None,
                  trace: list | None = None) -> None:
@@ -58,7 +74,8 @@ class Profiler:
         self._backend = backend
         self._notes: list[str] = []
         self.window = 0
-        self._cycles: list[tuple[Any, Any, bool, list]] = []  # closed: (begin, end, idle, phase marks)
+        # closed cycles: (begin, end, idle, phase marks, boundary bits, requests, accepted drafts)
+        self._cycles: list[tuple[Any, Any, bool, list, int, int, int]] = []
         # the open cycle, as plain attributes (fastest to set in the hot loop)
         self._open = False
         self._cb: Any = None  # begin mark
@@ -70,6 +87,13 @@ class Profiler:
         self._on_cycle: Any = None  # backend.begin_cycle when it has one
         self._host_marks = False  # True when marks are host perf_counter values (wall)
         self._hist: dict[int, int] = {}
+        # per open cycle: boundary bits set live, and what record_accept counted during it
+        self._why = 0
+        self._next_why = 0  # bits the next cycle starts with (JOIN after a prefill, IDLE after a gap)
+        self._nreq = 0
+        self._nacc = 0
+        self._joins = 0  # non-decode forwards in the current window
+        self._last_bs: int | None = None  # batch size of the last cycle written (classification)
         # a closed window waiting for the GPU to pass its newest mark: (window, cycles, hist, newest)
         self._pending: tuple[int, list, dict[int, int], Any] | None = None
         self._defer: bool = s.get("defer", True)
@@ -109,9 +133,11 @@ class Profiler:
             # after its cycle_end: then it ends at that cycle_end.
             cet = self._cet
             if cet is not None and t - cet > self.idle_s:
-                self._cycles.append((self._cb, self._ce, True, self._ph))
+                self._cycles.append((self._cb, self._ce, True, self._ph, self._why | IDLE,
+                                     self._nreq, self._nacc))
+                self._next_why |= IDLE
             else:
-                self._cycles.append((self._cb, h, False, self._ph))
+                self._cycles.append((self._cb, h, False, self._ph, self._why, self._nreq, self._nacc))
             restart = True
             if len(self._cycles) >= self.every:
                 self._close_window(newest=h)
@@ -129,6 +155,16 @@ class Profiler:
         self._ct = t
         self._ce = self._cet = None
         self._ph = []
+        self._why = self._next_why
+        self._next_why = self._nreq = self._nacc = 0
+
+    def mark_boundary(self, reason: str) -> None:
+        """A non-decode forward (prefill / draft extend) runs now: it lands in the open cycle's
+        "other", and the next decode cycle is the first one of the request(s) it admitted."""
+        if self._open:
+            self._why |= EXTEND
+        self._next_why |= JOIN
+        self._joins += 1
 
     def phase_begin(self, name: str) -> None:
         if self._open:  # outside a decode cycle (e.g. a prefill path) is not ours to time
@@ -149,16 +185,22 @@ class Profiler:
             n = per_req[0]
             if type(n) is int and n >= 0:
                 hist[n] = hist.get(n, 0) + 1
+                self._nreq += 1
+                self._nacc += n
                 return
         if type(per_req) not in (list, tuple):
             tolist = getattr(per_req, "tolist", None)
             per_req = tolist() if tolist is not None else list(per_req)
         off = 1 if bonus_included else 0
+        acc = 0
         for v in per_req:
             n = int(v) - off
             if n < 0:
                 n = 0
             hist[n] = hist.get(n, 0) + 1
+            acc += n
+        self._nreq += len(per_req)
+        self._nacc += acc
 
     def set_spec_config(self, steps: int | None, topk: int | None, draft_tokens: int | None,
                         route: str | None) -> None:
@@ -169,7 +211,8 @@ class Profiler:
             self.route = route
 
     # -- windows -----------------------------------------------------------------------------
-    def _resolve(self, cycles: list[tuple[Any, Any, bool, list]]) -> tuple[dict[str, list[float]], int]:
+    def _resolve(self, cycles: list[tuple[Any, Any, bool, list, int, int, int]]
+                 ) -> tuple[dict[str, list[float]], int]:
         b = self.backend
         el = b.elapsed_ms
         if isinstance(b, timers.WallTimer):  # float seconds: skip a method call per interval
@@ -180,7 +223,7 @@ class Profiler:
         p_draft, p_verify, p_extend = per["draft"], per["verify"], per["extend"]
         p_other, p_cycle = per["other"], per[CYCLE]
         opened: dict[str, Any] = {}
-        for begin, end, was_idle, marks in cycles:
+        for begin, end, was_idle, marks, _why, _nreq, _nacc in cycles:
             idle += was_idle
             total = el(begin, end)
             d = v = x = 0.0
@@ -213,42 +256,45 @@ class Profiler:
         """
         cycles, self._cycles = self._cycles, []
         hist, self._hist = self._hist, {}
+        joins, self._joins = self._joins, 0
         if self._rank is None:
             self._rank = _rank_and_size()
         b = self.backend
         self.window += 1
-        if self._rank[0] != 0:  # other ranks record but do not read or write (no sync there either)
-            b.release(keep)
-            return None
         rec = self._read_pending() if self._pending is not None else None
         if self._defer and b.deferred and not now:
-            self._pending = (self.window, cycles, hist, newest)
+            self._pending = (self.window, cycles, hist, newest, joins)
             b.swap()  # the next window records into the pool the previous window was read from
             return self._read_pending() if b.ready(newest) else rec
         t0 = perf_counter()
         b.wait(newest)
-        rec = self._write(self.window, cycles, hist, (perf_counter() - t0) * 1000.0)
+        rec = self._write(self.window, cycles, hist, (perf_counter() - t0) * 1000.0, joins)
         b.release(keep)  # every handle is read; the next cycle starts with a fresh mark
         return rec
 
     def _read_pending(self) -> dict[str, Any] | None:
-        window, cycles, hist, newest = self._pending
+        window, cycles, hist, newest, joins = self._pending
         self._pending = None
         t0 = perf_counter()
         self.backend.wait(newest)  # returns at once when ready() said so
-        return self._write(window, cycles, hist, (perf_counter() - t0) * 1000.0)
+        return self._write(window, cycles, hist, (perf_counter() - t0) * 1000.0, joins)
 
-    def _write(self, window: int, cycles: list, hist: dict[int, int], wait_ms: float) -> dict[str, Any]:
+    def _write(self, window: int, cycles: list, hist: dict[int, int], wait_ms: float,
+               joins: int = 0) -> dict[str, Any]:
         t0 = perf_counter()
         b = self.backend
         per, idle = self._resolve(cycles)
+        nreq = [c[5] for c in cycles]
+        nacc = [c[6] for c in cycles]
+        sizes, bits, self._last_bs = classify([c[4] for c in cycles], nreq, self._last_bs)
+        split = split_record(per, sizes, bits, nreq, nacc, joins)
         if self._version is False:
             self._version = _sglang_version()
         rank, size = self._rank
         rec = build_record(
             window=window, per_cycle=per, hist=hist, mode=b.name, spec=self.spec,
             route=self.route, sglang_version=self._version, rank=rank, tp_size=size,
-            idle_cycles=idle, notes=self._notes,
+            idle_cycles=idle, notes=self._notes, split=split,
         )
         if self.mode_requested not in ("auto", b.name):
             rec["mode_requested"] = self.mode_requested
@@ -256,22 +302,32 @@ class Profiler:
         # read (0 when read a window late), and reading + building the record
         rec["probe_wait_ms"] = round(wait_ms, 4)
         rec["probe_read_ms"] = round((perf_counter() - t0) * 1000.0, 4)
-        sys.stderr.write(format_block(rec) + "\n")
-        sys.stderr.flush()
+        self._emit(rec)
+        return rec
+
+    def _emit(self, rec: dict[str, Any]) -> None:
+        """The one place a finished window record leaves the profiler: the block on stderr
+        (rank 0 only: the TP ranks share one server log), a JSONL line in this rank's stream
+        (``rank_path``), the in-process sink. (Publishers hook here.)"""
+        rank = rec.get("rank", 0)
+        if rank == 0:
+            sys.stderr.write(format_block(rec) + "\n")
+            sys.stderr.flush()
         if self.out:
+            path = rank_path(self.out, rank)
             try:
-                with open(self.out, "a", encoding="utf-8") as f:
+                with open(path, "a", encoding="utf-8") as f:
                     f.write(json.dumps(rec, separators=(",", ":")) + "\n")
             except OSError as exc:
-                sys.stderr.write(f"EAGLE3_PROF warning: cannot append to {self.out}: {exc}\n")
+                sys.stderr.write(f"EAGLE3_PROF warning: cannot append to {path}: {exc}\n")
         if self.sink is not None:
             self.sink.append(rec)
-        return rec
+        metrics.publish(rec)  # EAGLE3_PROFILE_METRICS: Prometheus families on SGLang's /metrics
 
     def flush(self, min_cycles: int = 1) -> dict[str, Any] | None:
         """Close the open cycle at its cycle_end (if it had one) and emit what was collected."""
         if self._open and self._ce is not None:
-            self._cycles.append((self._cb, self._ce, False, self._ph))
+            self._cycles.append((self._cb, self._ce, False, self._ph, self._why, self._nreq, self._nacc))
             self._open = False
         rec = self._read_pending() if self._pending is not None else None
         if len(self._cycles) < min_cycles:
@@ -299,6 +355,10 @@ class TracingProfiler(Profiler):
     def cycle_end(self) -> None:
         self.trace.append(("cycle_end", None))
         super().cycle_end()
+
+    def mark_boundary(self, reason: str) -> None:
+        self.trace.append(("mark_boundary", reason))
+        super().mark_boundary(reason)
 
     def record_accept(self, per_req: Iterable[int], bonus_included: bool) -> None:
         tolist = getattr(per_req, "tolist", None)  # a tensor or a generator: trace plain ints

@@ -1,8 +1,9 @@
 """Turn one window of resolved cycle timings and accept counts into a record and a text block.
 
-Pure functions over plain numbers: no timers, no torch. The record is schema ``eagle3_prof/1``
-(docs/architecture.md); the block is the seeds' EAGLE3_PROF layout plus the timing mode and
-"(incl. bonus)" on the accept length.
+Pure functions over plain numbers: no timers, no torch. The record is schema ``eagle3_prof/2``
+(docs/architecture.md; /2 = /1 plus the steady / boundary / by_batch split of issue 15); the block
+is the seeds' EAGLE3_PROF layout plus the timing mode, "(incl. bonus)" on the accept length and
+three lines saying which cycles are steady decode and what the boundary cycles cost.
 """
 
 from __future__ import annotations
@@ -11,7 +12,12 @@ import datetime as _dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-SCHEMA = "eagle3_prof/1"
+SCHEMA = "eagle3_prof/2"
+SCHEMAS = ("eagle3_prof/1", SCHEMA)  # what readers accept; /1 has no steady split
+
+# Boundary reasons of a cycle, as bits (the hot path ORs them into one int per cycle).
+JOIN, LEAVE, EXTEND, BATCH, IDLE = 1, 2, 4, 8, 16
+REASONS = {"join": JOIN, "leave": LEAVE, "extend": EXTEND, "batch_change": BATCH, "idle": IDLE}
 PHASES = ("draft", "verify", "extend", "other")
 CYCLE = "cycle"
 LABELS = {
@@ -59,6 +65,93 @@ def per_position_rates(hist: Mapping[int, int], steps: int) -> list[float | None
     return rates
 
 
+def classify(why: Sequence[int], nreq: Sequence[int], prev_bs: int | None
+             ) -> tuple[list[int | None], list[int], int | None]:
+    """Batch size and boundary bits per cycle, from what the hot path recorded.
+
+    ``why[i]``: bits set live (EXTEND: a non-decode forward ran inside cycle i's "other"; JOIN:
+    cycle i is the first decode after one; IDLE: cycle i ended in, or follows, an idle gap).
+    ``nreq[i]``: requests counted by record_accept during cycle i (its batch size; 0 = no count
+    arrived, the size is carried from the cycle before). A size change between cycles i-1 and i
+    marks both BATCH plus JOIN (grew) or LEAVE (shrank): counts that arrive a cycle late (overlap
+    scheduler) show a change one cycle late, so marking both sides covers the cycle that really
+    changed. ``prev_bs`` is the last size of the previous window (its cycles are already written,
+    so only this side is marked there). Returns (sizes, bits, last size).
+    """
+    bits = list(why)
+    sizes: list[int | None] = []
+    bs = prev_bs
+    for i, n in enumerate(nreq):
+        new = n if n else bs
+        if new is not None and bs is not None and new != bs:
+            b = BATCH | (JOIN if new > bs else LEAVE)
+            bits[i] |= b
+            if i:
+                bits[i - 1] |= b
+        bs = new
+        sizes.append(bs)
+    return sizes, bits, bs
+
+
+def _group(per_cycle: Mapping[str, Sequence[float]], idx: Sequence[int]) -> dict[str, dict[str, float]]:
+    return {name: phase_stats([per_cycle[name][i] for i in idx]) for name in (*PHASES, CYCLE)}
+
+
+def _rate(tokens: int, requests: int, cycle_mean: float, cycle_sum: float) -> tuple[float | None, ...]:
+    al = tokens / requests if requests else None
+    per_stream = round(al * 1000.0 / cycle_mean, 2) if (al and cycle_mean > 0) else None
+    thr = round(tokens * 1000.0 / cycle_sum, 2) if (requests and cycle_sum > 0) else None
+    return (round(al, 4) if al is not None else None), per_stream, thr
+
+
+def split_record(per_cycle: Mapping[str, Sequence[float]], sizes: Sequence[int | None],
+                 bits: Sequence[int], nreq: Sequence[int], nacc: Sequence[int],
+                 joins: int = 0) -> dict[str, Any]:
+    """The ``steady`` / ``boundary`` / ``by_batch`` fields of a window record.
+
+    Steady = cycles with no boundary bit. Accept counts are summed per cycle they arrived in.
+    ``joins``: non-decode forwards seen in the window (each admits one or more requests); the
+    boundary cost per request divides by it (by the number of size increases when it is 0).
+    """
+    cyc = per_cycle[CYCLE]
+    steady = [i for i, b in enumerate(bits) if not b]
+    bound = [i for i, b in enumerate(bits) if b]
+    req = sum(nreq[i] for i in steady)
+    acc = sum(nacc[i] for i in steady)
+    st: dict[str, Any] = {"cycles": len(steady), "requests": req, "accepted_drafts": acc,
+                          "tokens": acc + req, "accept_len": None, "phases": None, "eff_tok_s": None}
+    ref: dict[str, float] | None = None
+    if steady:
+        st["phases"] = _group(per_cycle, steady)
+        al, per_stream, _ = _rate(acc + req, req, st["phases"][CYCLE]["mean_ms"], 0.0)
+        st["accept_len"], st["eff_tok_s"] = al, per_stream
+        ref = {name: st["phases"][name]["p50_ms"] for name in (*PHASES, CYCLE)}
+    reasons = {name: sum(1 for i in bound if bits[i] & bit) for name, bit in REASONS.items()}
+    ups = sum(1 for i in range(1, len(sizes)) if sizes[i] is not None and sizes[i - 1] is not None
+              and sizes[i] > sizes[i - 1])  # type: ignore[operator]
+    events = joins or ups
+    bd: dict[str, Any] = {"cycles": len(bound), "reasons": reasons,
+                          "phases": _group(per_cycle, bound) if bound else None,
+                          "extra_ms": None, "extra_by_phase": None, "joins": events,
+                          "extra_ms_per_join": None}
+    if ref is not None:
+        bd["extra_ms"] = round(sum(max(0.0, cyc[i] - ref[CYCLE]) for i in bound), 4)
+        bd["extra_by_phase"] = {name: round(sum(max(0.0, per_cycle[name][i] - ref[name]) for i in bound), 4)
+                                for name in PHASES}
+        if events:
+            bd["extra_ms_per_join"] = round(bd["extra_ms"] / events, 4)
+    by: dict[str, Any] = {}
+    for size in sorted({sizes[i] for i in steady if sizes[i] is not None}):  # type: ignore[type-var]
+        idx = [i for i in steady if sizes[i] == size]
+        r = sum(nreq[i] for i in idx)
+        t = r + sum(nacc[i] for i in idx)
+        ph = _group(per_cycle, idx)
+        al, per_stream, thr = _rate(t, r, ph[CYCLE]["mean_ms"], sum(cyc[i] for i in idx))
+        by[str(size)] = {"cycles": len(idx), "requests": r, "tokens": t, "accept_len": al, "phases": ph,
+                         "per_stream_tok_s": per_stream, "throughput_tok_s": thr}
+    return {"steady": st, "boundary": bd, "by_batch": by}
+
+
 def build_record(
     *,
     window: int,
@@ -73,6 +166,7 @@ def build_record(
     idle_cycles: int = 0,
     host_cycle_ms: Sequence[float] | None = None,
     notes: Sequence[str] = (),
+    split: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One JSONL record. ``per_cycle[phase]`` holds one ms value per cycle (0 when absent)."""
     cycles = len(per_cycle[CYCLE])
@@ -111,6 +205,8 @@ def build_record(
         "idle_cycles": idle_cycles,
         "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
+    if split is not None:
+        rec.update(split)
     if host_cycle_ms:
         rec["host_cycle_ms"] = phase_stats(host_cycle_ms)
     if notes:
@@ -151,4 +247,31 @@ def format_block(rec: Mapping[str, Any]) -> str:
         f"draft tokens {_fmt_opt(sp.get('draft_tokens'))}; SGLang {_fmt_opt(rec.get('sglang_version'))}; "
         f"route {_fmt_opt(rec.get('route'))}"
     )
+    lines.extend(_split_lines(rec))
     return "\n".join(lines)
+
+
+def _split_lines(rec: Mapping[str, Any]) -> list[str]:
+    """The steady / boundary lines (v2 records): the table above is all cycles of the window."""
+    st, bd = rec.get("steady"), rec.get("boundary")
+    if not st or not bd:
+        return []
+    why = ", ".join(f"{k} {v}" for k, v in bd["reasons"].items() if v) or "none"
+    lines = [f"  Cycles:          {rec['cycles']} = {st['cycles']} steady + {bd['cycles']} boundary ({why})"]
+    if st["phases"]:
+        ph = st["phases"]
+        al = st["accept_len"]
+        tps = st["eff_tok_s"]
+        lines.append(
+            f"  Steady:          {ph[CYCLE]['mean_ms']:.2f} ms/cyc (p50 {ph[CYCLE]['p50_ms']:.2f}; draft "
+            f"{ph['draft']['mean_ms']:.2f}, verify {ph['verify']['mean_ms']:.2f}, extend "
+            f"{ph['extend']['mean_ms']:.2f}, other {ph['other']['mean_ms']:.2f}), accept len "
+            f"{'n/a' if al is None else f'{al:.2f}'}, eff tok/s {'n/a' if tps is None else f'{tps:.1f}'}"
+        )
+    else:
+        lines.append("  Steady:          none (every cycle of this window is next to a boundary)")
+    if bd["extra_ms"] is not None:
+        per = bd.get("extra_ms_per_join")
+        lines.append(f"  Boundary cost:   +{bd['extra_ms']:.2f} ms over steady p50, {bd.get('joins') or 0} joins"
+                     + ("" if per is None else f", {per:.2f} ms/join"))
+    return lines

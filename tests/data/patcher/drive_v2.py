@@ -66,5 +66,10 @@ ew.run_eagle_verify = fake_verify
 ew.EAGLEWorkerV2.forward_batch_generation(w, batch)
 # the scheduler hands the CPU accept counts of that verify to the worker (0.5.12+)
 w.on_verify_complete_cpu([2, 1], batch_size=2)
+# a prefill through the real non-decode branch: its first statement is the patch's mark_boundary
+w._forward_prefill_batch = lambda *a, **k: order.append("prefill")
+prefill = types.SimpleNamespace(forward_mode=types.SimpleNamespace(is_extend=lambda: True, is_idle=lambda: False),
+                                is_extend_in_batch=False)
+ew.EAGLEWorkerV2.forward_batch_generation(w, prefill)
 print(json.dumps({"file": ew.__file__, "order": order, "trace": probes.trace,
                   "has_alias": getattr(ew, "_sglang_eagle3_probes", None) is not None}))

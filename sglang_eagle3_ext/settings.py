@@ -1,0 +1,176 @@
+"""Every environment variable this package reads or writes: one typed declaration each, with its
+default and meaning (in the manner of SGLang's ``srt/environ.py`` ``envs``), parsed in one place.
+
+Stdlib only, no import of our other modules: the probes, the plugin and the aux-layer override
+import this inside SGLang processes. A bad value never raises there: ``get`` falls back to the
+default and ``read`` says why (the CLI turns that into one error line).
+
+Prefixes: ``SGLANG_EAGLE3_*`` for our switches and paths, ``EAGLE3_PROFILE*`` for the probes.
+Never ``SGL_*``: SGLang (0.5.23 ``srt/environ.py`` ``_handle_deprecated_envs``) treats that
+prefix as its own deprecated spelling, warns "Environment variable SGL_... is deprecated" in
+every process and copies it to ``SGLANG_...``. The old ``SGL_EAGLE3_*`` names are still read once,
+with a deprecation note (``adopt_old_names``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_FALSE = ("", "0", "false", "no", "off")
+
+
+def _bool(raw: str) -> bool:
+    return raw.strip().lower() not in _FALSE
+
+
+def _pos_int(raw: str) -> int:
+    v = int(raw.strip())
+    if v < 1:
+        raise ValueError("must be >= 1")
+    return v
+
+
+def _float(raw: str) -> float:
+    v = float(raw.strip())
+    if v != v or v < 0:  # NaN or negative
+        raise ValueError("must be a number >= 0")
+    return v
+
+
+def _text(raw: str) -> str | None:
+    return raw.strip() or None
+
+
+def _path(raw: str) -> Path | None:
+    return Path(raw).expanduser() if raw.strip() else None
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    parse: Callable[[str], Any]
+    default: Any
+    doc: str
+    side: str  # who reads it: "cli" (our commands), "sglang" (inside SGLang processes), "both", "shell"
+    old: str | None = None  # a former name, still honoured (with a note)
+
+    def raw(self, environ: Mapping[str, str] | None = None) -> str | None:
+        env = os.environ if environ is None else environ
+        if self.name in env:
+            return env[self.name]
+        if self.old and self.old in env:
+            _note_old(self)
+            return env[self.old]
+        return None
+
+    def read(self, environ: Mapping[str, str] | None = None) -> tuple[Any, str | None]:
+        """(value, problem): the parsed value, or the default and why the value was not usable."""
+        raw = self.raw(environ)
+        if raw is None or not raw.strip():
+            return self.default, None
+        try:
+            value = self.parse(raw)
+        except ValueError as exc:
+            return self.default, f"{self.name}={raw!r}: {exc}; using {self.default!r}"
+        return (self.default if value is None else value), None
+
+    def get(self, environ: Mapping[str, str] | None = None) -> Any:
+        return self.read(environ)[0]
+
+    def is_set(self, environ: Mapping[str, str] | None = None) -> bool:
+        raw = self.raw(environ)
+        return raw is not None and bool(raw.strip())
+
+
+_noted: set[str] = set()
+
+
+def _note_old(s: Setting) -> None:
+    if s.old and s.old not in _noted:
+        _noted.add(s.old)
+        print(f"sglang-eagle3-ext: {s.old} is deprecated (SGLang rewrites every SGL_* variable and warns "
+              f"about it); use {s.name}", file=sys.stderr)
+
+
+# --- ours, read by the CLI ------------------------------------------------------------------
+CACHE = Setting("SGLANG_EAGLE3_CACHE", _path, None, "cache folder for release sources, run state and pid "
+                "files (default ~/.cache/sglang-eagle3-ext)", "cli", old="SGL_EAGLE3_CACHE")
+PRESETS = Setting("SGLANG_EAGLE3_PRESETS", _path, None, "extra folder of launch presets, searched before "
+                  "the repository's launch/", "cli", old="SGL_EAGLE3_PRESETS")
+TINY = Setting("SGLANG_EAGLE3_TINY", _path, None, "folder of the tiny models (`sgl-eagle3 tiny --out`), "
+               "expanded in launch/tiny*.yaml as ${SGLANG_EAGLE3_TINY:-./tiny-models}", "cli",
+               old="SGL_EAGLE3_TINY")
+VENV = Setting("SGLANG_EAGLE3_VENV", _text, ".venv", "virtual environment tools/ci_env.sh builds", "shell",
+               old="SGL_EAGLE3_VENV")
+LLAMA3_8B = Setting("SGLANG_EAGLE3_LLAMA3_8B", _path, None, "folder of a `tiny --shape llama3-8b` build, "
+                    "expanded in launch/llama3-8b.yaml", "cli")
+MOE = Setting("SGLANG_EAGLE3_MOE", _path, None, "folder of a `tiny --shape moe` build, expanded in "
+              "launch/moe.yaml", "cli")
+DRAFT = Setting("SGLANG_EAGLE3_DRAFT", _text, None, "draft folder name inside a shape build (e.g. "
+                "draft-0.8 of an acceptance list), expanded in the shape presets", "cli")
+PROFILE_METRICS = Setting("EAGLE3_PROFILE_METRICS", _bool, False, "publish each window on SGLang's "
+                          "/metrics (docs/metrics.md)", "sglang")
+PROFILE_BASELINE_TPS = Setting("EAGLE3_PROFILE_BASELINE_TPS", _float, None, "baseline tok/s for the "
+                               "break-even margin gauge (docs/metrics.md)", "sglang")
+DEBUG = Setting("SGLANG_EAGLE3_DEBUG", _bool, False, "show the traceback of an unexpected error instead "
+                "of the one-line report", "cli")
+# --- ours, written by `launch` and read inside SGLang processes --------------------------------
+AUX_LAYERS = Setting("SGLANG_EAGLE3_AUX_LAYERS", _text, None, "aux hidden-state layers, our convention "
+                     "(output of decoder layer k; emb), e.g. 2,30,58; parsed by layers.parse_layers",
+                     "sglang")
+NCCL = Setting("SGLANG_EAGLE3_NCCL", _text, None, "NCCL preset name from launch/nccl.yaml, applied by the "
+               "plugin in every process", "sglang")
+# --- the probes (probes/__init__.py settings() reads these; names and defaults are the data here)
+PROFILE = Setting("EAGLE3_PROFILE", _bool, False, "probes on (1) / off", "sglang")
+PROFILE_EVERY = Setting("EAGLE3_PROFILE_EVERY", _pos_int, 100, "cycles per window", "sglang")
+PROFILE_MODE = Setting("EAGLE3_PROFILE_MODE", _text, None, "events / wall / sync (default: events on "
+                       "CUDA, else wall)", "sglang")
+PROFILE_OUT = Setting("EAGLE3_PROFILE_OUT", _text, None, "JSONL path; rank 0 appends one record per "
+                      "window", "sglang")
+PROFILE_SPEC = Setting("EAGLE3_PROFILE_SPEC", _text, None, "steps,topk,draft_tokens (set by launch)",
+                       "sglang")
+PROFILE_ROUTE = Setting("EAGLE3_PROFILE_ROUTE", _text, None, "source-patch / plugin, recorded per window",
+                        "sglang")
+PROFILE_IDLE_MS = Setting("EAGLE3_PROFILE_IDLE_MS", _float, 200.0, "a gap longer than this ends a cycle "
+                          "at its own end", "sglang")
+PROFILE_DEFER = Setting("EAGLE3_PROFILE_DEFER", _bool, True, "events mode: read each window once the GPU "
+                        "has passed it (0: at its boundary)", "sglang")
+PROFILE_TOGGLE = Setting("EAGLE3_PROFILE_TOGGLE", _text, None, "SIGUSR1 / SIGUSR2 pauses and resumes the "
+                         "probes of a live process", "sglang")
+PROFILE_TRACE = Setting("EAGLE3_PROFILE_TRACE", _bool, False, "tests only: every probe call is appended "
+                        "to probes.trace", "sglang")
+
+ALL: tuple[Setting, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Setting))
+BY_NAME: dict[str, Setting] = {s.name: s for s in ALL}
+PREFIXES = ("SGLANG_EAGLE3_", "EAGLE3_PROFILE", "SGL_EAGLE3_")  # what `doctor` shows
+
+
+def adopt_old_names(environ: dict[str, str] | os._Environ[str] | None = None) -> list[str]:
+    """Copy each set old ``SGL_EAGLE3_*`` name to its new name when that is unset (so presets that
+    expand ``${SGLANG_EAGLE3_TINY}`` and child processes see it), with one note each. Returns the
+    old names adopted."""
+    env = os.environ if environ is None else environ
+    adopted = []
+    for s in ALL:
+        if s.old and s.old in env:
+            if s.name not in env:
+                env[s.name] = env[s.old]
+                _note_old(s)
+                adopted.append(s.old)
+            del env[s.old]  # so the SGLang processes we start do not warn about it again
+    return adopted
+
+
+def table() -> str:
+    """Markdown table of every variable (docs/architecture.md embeds this text)."""
+    rows = ["| variable | default | read by | meaning |", "|---|---|---|---|"]
+    for s in ALL:
+        old = f" (was `{s.old}`)" if s.old else ""
+        rows.append(f"| `{s.name}`{old} | {s.default if s.default is not None else 'unset'} | {s.side} | "
+                    f"{s.doc} |")
+    return "\n".join(rows)
