@@ -426,3 +426,22 @@ def cli_shape(args: list[str]):
     p = argparse.ArgumentParser()
     cmd.add_arguments(p)
     return cmd.shape_from_args(p.parse_args(["--out", "x", *args]))
+
+
+def test_verify_flag_checks_the_built_target(tmp_path, capsys):
+    """`--verify`: the transformers bf16 forward confirms f and the exact wiring blocks; a wrong
+    expectation (shuffled f) fails it."""
+    root = tmp_path / "v"
+    capsys.readouterr()
+    assert cli.main(["tiny", "--out", str(root), "--device", "cpu", *LLAMA_SMALL, "--acceptance", "0.8",
+                     "--trained-on", "1,3,5", "--verify"]) == 0
+    text = capsys.readouterr().out
+    assert "verify: target greedy right on 8/8 contexts, wiring blocks exact at 3/3 layers" in text
+    assert json.loads((root / "tiny.json").read_text())["verify"]["ok"] is True
+    from sglang_eagle3_ext.tiny.verify import verify
+
+    maps = json.loads((root / "maps.json").read_text())
+    maps["f"] = maps["f"][1:] + maps["f"][:1]
+    (root / "maps.json").write_text(json.dumps(maps))
+    res = verify(root, device="cpu")
+    assert res["ok"] is False and res["wiring_exact_layers"] == 3
