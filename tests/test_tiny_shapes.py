@@ -445,3 +445,22 @@ def test_verify_flag_checks_the_built_target(tmp_path, capsys):
     (root / "maps.json").write_text(json.dumps(maps))
     res = verify(root, device="cpu")
     assert res["ok"] is False and res["wiring_exact_layers"] == 3
+
+
+def test_shards_and_rebuild_leave_no_stale_files(tmp_path):
+    """Several shards + index when over the limit; a smaller rebuild removes them."""
+    from sglang_eagle3_ext.tiny.store import ShardWriter
+
+    folder = tmp_path / "t"
+    w = ShardWriter(folder, max_bytes=3000)
+    for i in range(4):
+        w.add(f"x.{i}", torch.ones(500))  # 1000 bytes in bf16: 3 per shard
+    assert w.close() == 4000
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    assert sorted(set(index["weight_map"].values())) == ["model-00001-of-00002.safetensors",
+                                                         "model-00002-of-00002.safetensors"]
+    assert sorted(load_all(folder)) == ["x.0", "x.1", "x.2", "x.3"]
+    w = ShardWriter(folder)
+    w.add("y", torch.zeros(3))
+    w.close()
+    assert sorted(p.name for p in folder.iterdir()) == ["model.safetensors"]
