@@ -390,3 +390,77 @@ def test_demo_shape_pass_through_refusals(tmp_path, args, want):
         pytest.skip("checks the no-GPU refusal")
     r = _cli(["demo", "--dry-run", "--out", str(tmp_path / "d"), *args])
     assert r.returncode == 2 and want in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("base", ["llama", "moe"])
+def test_gpu_code_path_bf16_exact(tmp_path, base):
+    """The GPU build path (bf16 tensors from the start: Gen on 'cpu:bf16'), checked with a bf16
+    transformers forward: greedy == f, and the wiring block is exactly +-kappa at the output of L
+    and exactly 0 after layer L+1 erased it (the powers-of-two design, no rounding left)."""
+    args = (LLAMA_SMALL if base == "llama" else MOE_SMALL)
+    shape = cli_shape(args)
+    m = tiny.build(tmp_path / "w", 0.8, shape=shape, trained_on=TRAINED, device="cpu:bf16")
+    assert m.info["device"] == "cpu:bf16"
+    maps = json.loads((m.root / "maps.json").read_text())
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(m.target), dtype=torch.bfloat16).eval()
+    ctx = _contexts(8, seed=4, length=10)
+    with torch.no_grad():
+        out = model(torch.tensor(ctx), output_hidden_states=True)
+    assert out.logits[:, -1].argmax(-1).tolist() == [maps["f"][c[-1]] for c in ctx]
+    lay = m.info["wiring"]["layout"]
+    hs = out.hidden_states
+    for L in TRAINED:
+        a, b = lay["blocks"][str(L)]
+        assert set(hs[L + 1][..., a:b].abs().unique().tolist()) == {4.0}
+        assert not hs[L + 2][..., a:b].any() and not hs[L][..., a:b].any()
+
+
+def cli_shape(args: list[str]):
+    """The Shape the tiny command builds from these flags."""
+    import argparse
+
+    from sglang_eagle3_ext.commands import tiny as cmd
+
+    p = argparse.ArgumentParser()
+    cmd.add_arguments(p)
+    return cmd.shape_from_args(p.parse_args(["--out", "x", *args]))
+
+
+def test_verify_flag_checks_the_built_target(tmp_path, capsys):
+    """`--verify`: the transformers bf16 forward confirms f and the exact wiring blocks; a wrong
+    expectation (shuffled f) fails it."""
+    root = tmp_path / "v"
+    capsys.readouterr()
+    assert cli.main(["tiny", "--out", str(root), "--device", "cpu", *LLAMA_SMALL, "--acceptance", "0.8",
+                     "--trained-on", "1,3,5", "--verify"]) == 0
+    text = capsys.readouterr().out
+    assert "verify: target greedy right on 8/8 contexts, wiring blocks exact at 3/3 layers" in text
+    assert json.loads((root / "tiny.json").read_text())["verify"]["ok"] is True
+    from sglang_eagle3_ext.tiny.verify import verify
+
+    maps = json.loads((root / "maps.json").read_text())
+    maps["f"] = maps["f"][1:] + maps["f"][:1]
+    (root / "maps.json").write_text(json.dumps(maps))
+    res = verify(root, device="cpu")
+    assert res["ok"] is False and res["wiring_exact_layers"] == 3
+
+
+def test_shards_and_rebuild_leave_no_stale_files(tmp_path):
+    """Several shards + index when over the limit; a smaller rebuild removes them."""
+    from sglang_eagle3_ext.tiny.store import ShardWriter
+
+    folder = tmp_path / "t"
+    w = ShardWriter(folder, max_bytes=3000)
+    for i in range(4):
+        w.add(f"x.{i}", torch.ones(500))  # 1000 bytes in bf16: 3 per shard
+    assert w.close() == 4000
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    assert sorted(set(index["weight_map"].values())) == ["model-00001-of-00002.safetensors",
+                                                         "model-00002-of-00002.safetensors"]
+    assert sorted(load_all(folder)) == ["x.0", "x.1", "x.2", "x.3"]
+    w = ShardWriter(folder)
+    w.add("y", torch.zeros(3))
+    w.close()
+    assert sorted(p.name for p in folder.iterdir()) == ["model.safetensors"]

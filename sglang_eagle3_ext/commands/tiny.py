@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import time
 
 from ..console import err, out, print_json
@@ -40,6 +41,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
     p.add_argument("--force", action="store_true", help="build a real-size shape even without a GPU")
     p.add_argument("--device", default=None, metavar="cuda|cpu", help="build device (default cuda if any)")
+    p.add_argument("--verify", action="store_true",
+                   help="after building, check the target with the transformers forward on the build "
+                        "device (greedy == f, wiring blocks exact); exit 1 if it fails")
     p.add_argument("--json", action="store_true", help="print tiny.json instead of a summary")
 
 
@@ -77,14 +81,23 @@ def run(args: argparse.Namespace) -> int:
     accs, shape, trained = validate(args)  # before importing torch
     output_dir(args.out)  # /etc/passwd/x, no permission: one line before any model is built
     t0 = time.perf_counter()
-    label = ",".join(tiny.acceptance_label(a) for a in accs)
+    label = ",".join(x.strip() for x in str(args.acceptance).split(","))
     what = "tiny models" if shape.name == "tiny" and not shape.overrides else f"{shape.name} models"
     err.print(f"building {what} (acceptance={label if len(accs) > 1 else accs[0]}, seed={args.seed}) ...")
     models = tiny.build(args.out, args.acceptance, seed=args.seed, shape=shape, trained_on=trained,
                         force=args.force, device=args.device)
+    rc = 0
+    if getattr(args, "verify", False):
+        from ..tiny.verify import verify
+
+        dev = args.device or ("cpu" if shape.name == "tiny" else None)
+        v = verify(models.root, device=dev)
+        models.info["verify"] = v
+        (models.root / "tiny.json").write_text(json.dumps(models.info, indent=2) + "\n")
+        rc = 0 if v["ok"] else 1
     if args.json:
         print_json(models.info)
-        return 0
+        return rc
     info = models.info
     if shape.name == "tiny" and not shape.overrides:
         out.print(f"target: {models.target}  (LlamaForCausalLM, {info['layers']} layers, hidden "
@@ -118,5 +131,11 @@ def run(args: argparse.Namespace) -> int:
                   f"--trained-on {ok}", highlight=False)
     out.print(f"launch: --model-path {models.target} --speculative-algorithm EAGLE3 "
               f"--speculative-draft-model-path {models.draft}", highlight=False)
+    if "verify" in info:
+        v = info["verify"]
+        out.print(f"verify: target greedy right on {v['target_ok']}/{v['contexts']} contexts"
+                  + (f", wiring blocks exact at {v['wiring_exact_layers']}/{len(info['trained_on'])} layers"
+                     if "wiring_exact_layers" in v else "")
+                  + f" (transformers, bf16, {v['device']}): {'OK' if v['ok'] else 'FAIL'}", highlight=False)
     err.print(f"done in {time.perf_counter() - t0:.1f} s")
-    return 0
+    return rc

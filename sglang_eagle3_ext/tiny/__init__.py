@@ -104,10 +104,12 @@ def needed_bytes(shape: Shape, n_drafts: int = 1) -> tuple[int, int]:
 
 
 def check_device(s: Shape, n_drafts: int, device: str | None = None, force: bool = False) -> str:
-    """The build device; a real-size shape without a GPU is refused (one line, exit 2)."""
-    dev = pick_device(device)
+    """The build device; a real-size shape without a GPU is refused (one line, exit 2).
+
+    The built-in tiny shape builds on the CPU unless asked (same bytes on every machine)."""
+    dev = pick_device(device or ("cpu" if s.name == "tiny" else None))
     tb, db = needed_bytes(s, n_drafts)
-    if dev == "cpu" and tb + db > CPU_LIMIT_BYTES and not force:
+    if dev.startswith("cpu") and tb + db > CPU_LIMIT_BYTES and not force:
         raise UserError(f"shape {s.name} needs {(tb + db) / 1e9:.1f} GB of bf16 weights (target "
                         f"{tb / 1e9:.1f} GB + draft{'s' if n_drafts > 1 else ''} {db / 1e9:.1f} GB) "
                         "and there is no CUDA GPU here: build it on a GPU, or pass --force",
@@ -165,7 +167,8 @@ def build(out_dir: str | Path, acceptance: Acceptance | str | list = "oracle", s
     out = Path(out_dir)
     _prepare_out(out)
     target = out / "target"
-    labels = [acceptance_label(a) for a in accs]
+    labels = ([x.strip().lower() for x in acceptance.split(",")] if multi and isinstance(acceptance, str)
+              else [acceptance_label(a) for a in accs])  # the user's spelling: draft-1.0/
     draft_dirs = {lab: out / (f"draft-{lab}" if multi else "draft") for lab in labels}
     # SGLang reads the target's tokenizer; the copies keep each draft folder self-contained.
     special = build_tokenizer(target, *draft_dirs.values())

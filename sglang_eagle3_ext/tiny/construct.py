@@ -27,8 +27,11 @@ def readout(inputs: Any, labels: Any, rows: int) -> Any:
     """Linear readout W [rows, H] with argmax(inputs @ W.T) == labels for every input, by margin.
 
     Start from the class sums (each row = sum of its inputs), then perceptron corrections until
-    every input wins by READOUT_MARGIN, over every other row and over 0 (rows outside ``rows`` are
-    zero in the full matrix), evaluated in bfloat16 (what the GPU runs). Runs on the inputs' device.
+    every input wins by the margin, over every other row and over 0 (rows outside ``rows`` are
+    zero in the full matrix), evaluated in bfloat16 (what the GPU runs). The margin is
+    READOUT_MARGIN, or 5% of the typical winning logit when that is larger (at hidden 4096 a logit
+    of ~4096 is rounded to multiples of 32 in bf16, so a fixed 48 could flip under another GEMM's
+    summation order). Runs on the inputs' device.
     """
     import torch
 
@@ -37,12 +40,14 @@ def readout(inputs: Any, labels: Any, rows: int) -> Any:
     w = torch.zeros(rows, inputs.shape[1], device=inputs.device)
     w.index_add_(0, labels, inputs)
     idx = torch.arange(len(labels), device=inputs.device)
+    own0 = (inputs.bfloat16() @ w.bfloat16().T).float()[idx, labels]
+    margin = max(READOUT_MARGIN, 0.05 * float(own0.median()))
     for _ in range(200):
         logits = (inputs.bfloat16() @ w.bfloat16().T).float()
         own = logits[idx, labels].clone()
         logits[idx, labels] = -float("inf")
         best_other, other = logits.max(dim=1)
-        bad = (own - best_other.clamp(min=0.0)) < READOUT_MARGIN
+        bad = (own - best_other.clamp(min=0.0)) < margin
         if not bad.any():
             return w
         w.index_add_(0, labels[bad], inputs[bad] * 0.25)

@@ -30,16 +30,18 @@ class Gen:
 
     @classmethod
     def create(cls, seed: int, device: str) -> Gen:
+        """``device`` "cpu:bf16" runs the GPU code path (bf16 tensors) on the CPU, for tests."""
         import torch
 
-        dev = torch.device(device)
+        bf16 = device == "cpu:bf16"
+        dev = torch.device("cpu" if bf16 else device)
         g = torch.Generator(device=dev).manual_seed(seed)
-        return cls(g, dev, torch.float32 if dev.type == "cpu" else torch.bfloat16)
+        return cls(g, dev, torch.float32 if dev.type == "cpu" and not bf16 else torch.bfloat16)
 
     def rand(self, *shape: int, std: float) -> Any:
         import torch
 
-        if self.device.type == "cpu":
+        if self.dtype == torch.float32:
             return torch.randn(*shape, generator=self.g) * std
         return torch.empty(*shape, device=self.device, dtype=self.dtype).normal_(0.0, std, generator=self.g)
 

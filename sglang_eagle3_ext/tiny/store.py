@@ -25,6 +25,10 @@ class ShardWriter:
         self.files: list[tuple[Path, list[str]]] = []
         self.total = 0
         folder.mkdir(parents=True, exist_ok=True)
+        # a rebuild into the same folder must not leave shards of an earlier (bigger) build behind
+        for old in (*folder.glob("model*.safetensors"), *folder.glob("shard-*.tmp"),
+                    *folder.glob("model.safetensors.index.json")):
+            old.unlink()
 
     def add(self, name: str, tensor: Any) -> None:
         import torch
