@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     if args.action != "write":
         raise UserError("usage: sgl-eagle3 adaptive write --from SWEEP_DIR --out adaptive.json",
                         exit_code=2)
-    env = locate(args.sglang_root_w or args.sglang_root)
+    env = locate(args.sglang_root_w or getattr(args, "sglang_root", None))
     loader = adaptive.release_loader(env.package_dir)
     table, source, _ = adaptive.load_measurements(args.source, args.predicted)
     choices, cfg, read = adaptive.write(table, args.out, loader, args.within)

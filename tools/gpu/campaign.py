@@ -88,7 +88,7 @@ def group(name: str, models: str, draft: str | None, steps: list[int], conc: lis
         launch["aux_layers"] = aux
     if adaptive:
         launch["adaptive"] = str(REPO / adaptive)
-    return {"name": name, "launch": launch, "matrix": {"steps": steps, "topk": [1]},
+    return {"name": name, "launch": launch, "matrix": {"steps": steps, "topk": [1]}, "baseline": 0 in steps,
             "concurrency": conc, "profile": True, "profile_every": every, "profile_mode": "events",
             "bench": dict(BENCH)}
 
@@ -234,6 +234,8 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--deadline", type=float, default=540, help="no new sweep group after this (s)")
     ap.add_argument("--toggle-rounds", type=int, default=8)
+    ap.add_argument("--stagger", type=float, default=120,
+                    help="start the next server once this one sized its KV pool, or after this many s")
     ap.add_argument("--hard-stop", type=float, default=570,
                     help="at this many seconds stop everything and pack what exists (the call's limit is 600)")
     ap.add_argument("--rehearse", action="store_true",
@@ -246,7 +248,8 @@ def main() -> int:
                  "--intermediate", "256", "--vocab", "4096", "--draft-vocab", "1024", "--device", "cpu"]
         for k, v in list(PLANS.items()):
             PLANS[k] = (lambda f: lambda: {**f(), "route": "plugin",
-                                            "build": {m: [*b, *small] for m, b in f()["build"].items()}})(v)
+                                            "build": {m: [*b, *small, *(["--layers", "32"] if "--trained-on" in b else [])]
+                                                      for m, b in f()["build"].items()}})(v)
     plan = PLANS[a.plan]()
     out = Path(a.out) / a.plan
 
@@ -284,7 +287,7 @@ def main() -> int:
                                           env={**cfg.env, "PYTHONPATH": str(REPO / "tests")})
                 cfgs.append(cfg)
                 port += 1
-        started = start_all(cfgs, stagger=0 if a.rehearse else 120)
+        started = start_all(cfgs, stagger=0 if a.rehearse else a.stagger)
         for spec in specs:
             if time.monotonic() - T0 > a.deadline:
                 log(f"deadline: group {spec.name} not benched")
