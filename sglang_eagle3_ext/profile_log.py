@@ -574,7 +574,7 @@ def read_client(path: str | Path) -> dict[str, Any]:
         return {"file": str(path), "kind": "sgl-eagle3 bench", "decode_tok_s": dec.get("avg"),
                 "decode_def": "per-request decode tok/s (first token excluded), mean over runs",
                 "accept_len": s.get("accept_length"),
-                "concurrency": (doc.get("params") or {}).get("concurrency")}
+                "concurrency": (doc.get("params") or {}).get("concurrency"), "span": _bench_span(doc)}
     tpot = doc.get("median_tpot_ms")
     if tpot is None and doc.get("mean_tpot_ms") is None:
         raise UserError(f"{path}: not a bench result (schema {BENCH_SCHEMA!r}) and no median_tpot_ms / "
@@ -591,15 +591,60 @@ def read_client(path: str | Path) -> dict[str, Any]:
             "concurrency": doc.get("max_concurrency") or doc.get("concurrency")}
 
 
+def _bench_span(doc: dict[str, Any]) -> tuple[float, float] | None:
+    """(start, end) epoch seconds of a bench document: its start time (whole seconds) plus the
+    wall time of its warm-up and measured runs, one second of slack each side."""
+    import datetime as _dt
+
+    try:
+        t0 = _dt.datetime.strptime(str(doc["time"]), "%Y-%m-%dT%H:%M:%S%z").timestamp()
+        wall = sum(float(r.get("wall_s") or 0.0) for r in [*(doc.get("warmup_runs") or []),
+                                                          *(doc.get("runs") or [])])
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    return (t0 - 1.0, t0 + wall + 2.0)
+
+
+def _record_epoch(rec: dict[str, Any]) -> float | None:
+    import datetime as _dt
+
+    try:
+        return _dt.datetime.fromisoformat(str(rec["time"])).timestamp()
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def aligned_run(run: ProfileRun, client: dict[str, Any]) -> ProfileRun | None:
+    """The windows of ``run`` written while the client's bench ran (records carry the time
+    they closed, to the second), or None when the two cannot be lined up in time."""
+    span = client.get("span")
+    if not span or run.kind != "jsonl":
+        return None
+    keep = [r for r in run.records if (t := _record_epoch(r)) is not None and span[0] <= t <= span[1]]
+    if not keep:
+        return None
+    return ProfileRun(path=run.path, kind=run.kind, records=keep,
+                      notes=[f"{len(keep)} of {len(run.records)} window(s) closed while the bench ran"])
+
+
 def agreement(summary: dict[str, Any], client: dict[str, Any]) -> dict[str, Any]:
     """Profile vs client, side by side: decode tok/s (per stream) and accept length, with the
-    difference of the profile's figure from the client's in %."""
+    difference of the profile's figure from the client's in %.
+
+    Like is compared with like: when the client ran at one concurrency C and the records split
+    cycles by batch size, the profile's figures are its steady cycles at batch size C (a client
+    at C streams sees those cycles, not the mix of every load the server had)."""
     def diff(ours: float | None, theirs: float | None) -> float | None:
         return round((ours / theirs - 1.0) * 100.0, 2) if (ours and theirs) else None
 
     ours_tps = summary.get("eff_tok_s")
     ours_al = summary.get("accept_len")
-    return {"client": client, "basis": summary.get("basis"),
+    basis = summary.get("basis")
+    conc = client.get("concurrency")
+    bb = (summary.get("by_batch") or {}).get(str(conc)) if isinstance(conc, int) else None
+    if bb and bb.get("per_stream_tok_s"):
+        ours_tps, ours_al, basis = bb["per_stream_tok_s"], bb.get("accept_len"), f"steady batch-{conc}"
+    return {"client": client, "basis": basis,
             "decode_tok_s": {"profile": ours_tps, "client": client["decode_tok_s"],
                              "diff_pct": diff(ours_tps, client["decode_tok_s"])},
             "accept_len": {"profile": ours_al, "client": client["accept_len"],

@@ -164,14 +164,14 @@ def _agreement_table(s: dict[str, Any], a: dict[str, Any]):
         return "n/a" if v is None else f"{v:+.1f}%"
 
     d, al = a["decode_tok_s"], a["accept_len"]
-    t.add_row(f"decode tok/s per stream ({s['basis']} cycles)", _fmt(d["profile"], ".1f"),
+    t.add_row(f"decode tok/s per stream ({a['basis']} cycles)", _fmt(d["profile"], ".1f"),
               _fmt(d["client"], ".1f"), pct(d["diff_pct"]))
     if s["basis"] == "steady":
         ac = a["all_cycles_decode_tok_s"]
         t.add_row("decode tok/s per stream (all cycles)", _fmt(ac["profile"], ".1f"), _fmt(d["client"], ".1f"),
                   pct(ac["diff_pct"]))
     t.add_row("accept len (incl. bonus)", _fmt(al["profile"], ".3f"), _fmt(al["client"], ".3f"), pct(al["diff_pct"]))
-    t.caption = f"client decode rate: {c['decode_def']}"
+    t.caption = f"client decode rate: {c['decode_def']}; profile: {a.get('windows', 'every window')}"
     return t
 
 
@@ -235,8 +235,11 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--baseline-step-ms must be positive (got {args.baseline_step_ms:g})", exit_code=2)
     summaries = []
     ranks: dict[str, Any] = {}
+    runs: list[profile_log.ProfileRun] = []
     for group in _rank_groups(args.files):
-        per = [profile_log.summarize(profile_log.load(f), all_windows=args.all_windows) for f in group]
+        loaded = [profile_log.load(f) for f in group]
+        runs.append(loaded[0])
+        per = [profile_log.summarize(r, all_windows=args.all_windows) for r in loaded]
         summaries.append(_with_baseline(per[0], args.baseline_tps))  # the table shows rank 0's stream
         spread = profile_log.rank_spread(per)
         if spread:
@@ -253,7 +256,14 @@ def run(args: argparse.Namespace) -> int:
     agree: dict[str, Any] = {}
     if args.bench:
         client = profile_log.read_client(args.bench)
-        agree = {s["file"]: profile_log.agreement(s, client) for s in summaries}
+        for s in summaries:
+            run = next((r for r in runs if r.path == s["file"]), None)
+            aligned = profile_log.aligned_run(run, client) if run is not None else None
+            # windows written while the bench ran, when the times line up; else the whole file
+            basis = profile_log.summarize(aligned, all_windows=True) if aligned is not None else s
+            agree[s["file"]] = profile_log.agreement(basis, client)
+            agree[s["file"]]["windows"] = (aligned.notes[0] if aligned is not None
+                                           else "every window of the file (no time overlap found)")
 
     if args.json:
         print_json({
