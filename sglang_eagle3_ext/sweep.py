@@ -262,16 +262,37 @@ def _tail_of(srv: Any, exc: BaseException | None) -> list[str]:
     return []
 
 
-def profile_summary(path: Path) -> dict[str, Any] | None:
-    """Cycle-weighted summary of a config's probe JSONL (profile_log.summarize), or None if absent."""
+def profile_summary(path: Path, batch: int | None = None) -> dict[str, Any] | None:
+    """Cycle-weighted summary of a config's probe JSONL (profile_log.summarize), or None if absent.
+
+    ``batch``: the concurrency the config's main bench ran at. A ladder puts cycles of every batch
+    size into one file, so the phases, accept length and tok/s the analysis reads become the steady
+    cycles at that batch size (measured on the H200: the mix of 1, 8 and 32 streams put the 3-step
+    cycle at 8.24 ms where one stream's was 6.49 ms); the all-batch figures stay under
+    ``all_batches``."""
     if not path.exists() or path.stat().st_size == 0:
         return None
     from . import profile_log
 
     try:
-        return profile_log.summarize(profile_log.load(path))
+        s = profile_log.summarize(profile_log.load(path))
     except UserError as exc:
         return {"error": str(exc)}
+    bb = (s.get("by_batch") or {}).get(str(batch)) if batch else None
+    if bb and bb.get("phases") and bb.get("per_stream_tok_s"):
+        s["all_batches"] = {k: s[k] for k in ("phases", "accept_len", "eff_tok_s", "basis")}
+        s.update(phases=bb["phases"], accept_len=bb.get("accept_len"), eff_tok_s=bb["per_stream_tok_s"],
+                 basis=f"steady batch-{batch}")
+    return s
+
+
+def refresh_profiles(doc: dict[str, Any], sweep_dir: Path) -> None:
+    """Re-read every config's probe file (a report of a sweep run by an older version)."""
+    for c in doc.get("configs", []):
+        prof = sweep_dir / "configs" / str(c.get("slug")) / "prof.jsonl"
+        conc = ((c.get("bench") or {}).get("params") or {}).get("concurrency")
+        if prof.exists():
+            c["profile"] = profile_summary(prof, conc)
 
 
 def run_sweep(spec: SweepSpec, out_dir: str | Path, *, resume: bool = False,
@@ -388,7 +409,7 @@ def _run_one(spec: SweepSpec, c: ConfigSpec, cdir: Path, factory: Callable[[Any,
     finally:
         _stop(srv)
         rec["elapsed_s"] = round(time.monotonic() - t0, 1)
-    rec["profile"] = profile_summary(prof)
+    rec["profile"] = profile_summary(prof, spec.concurrency[0])
     return rec
 
 
@@ -405,7 +426,7 @@ def _stop(srv: Any) -> None:
 
 def _cycle_ms(rec: dict[str, Any]) -> float | None:
     """The profile summary's mean cycle: steady-state cycles when the records have the split
-    (profile_log.summarize basis "steady"), else all cycles (said in the analysis notes)."""
+    (profile_log.summarize basis "steady", at the bench's batch size when the records split it), else all cycles (said in the analysis notes)."""
     p = rec.get("profile") or {}
     return ((p.get("phases") or {}).get("cycle") or {}).get("mean_ms")
 
@@ -445,7 +466,7 @@ def analyse(doc: dict[str, Any]) -> dict[str, Any]:
         if _cycle_ms(r) is not None and r["topk"] == 1:
             fams.setdefault((r["nccl"], r["custom_all_reduce"]), []).append(r)
     fam = max(fams.values(), key=len) if fams else []
-    unsplit = [r["name"] for r in fam if (r.get("profile") or {}).get("basis", "all") != "steady"]
+    unsplit = [r["name"] for r in fam if not (r.get("profile") or {}).get("basis", "all").startswith("steady")]
     if unsplit:
         notes.append(f"cycle times of {', '.join(unsplit)} are over all cycles (no steady split in "
                      "their probe records), request starts included")

@@ -105,10 +105,8 @@ def run(args: argparse.Namespace) -> int:
         doc = sweep.load_results(out_dir / "results.json")
         if doc is None:
             raise UserError(f"{out_dir}: no results.json (not a sweep output folder)", exit_code=2)
-        for c in doc["configs"]:  # summaries follow the current reading rules (e.g. warm-up window)
-            prof = out_dir / "configs" / c["slug"] / "prof.jsonl"
-            if prof.exists():
-                c["profile"] = sweep.profile_summary(prof)
+        # summaries follow the current reading rules (warm-up window, the bench's batch size)
+        sweep.refresh_profiles(doc, out_dir)
         dest = Path(args.out) if args.out else None
         if dest is not None and dest.resolve() == out_dir.resolve():
             raise UserError(f"--out {dest} is the folder --report reads: give another folder", exit_code=2)
