@@ -553,8 +553,12 @@ def _fix_ids(family: Family, version: str, layers: list[Layer], num_layers: int)
 
 
 def check(target_cfg: dict, draft_cfg: dict, version: str,
-          trained_on: list[Layer] | None = None) -> CheckReport:
-    """What ``version`` will capture for this target/draft pair, and every problem with a fix."""
+          trained_on: list[Layer] | None = None, aux_layers: list[Layer] | None = None) -> CheckReport:
+    """What ``version`` will capture for this target/draft pair, and every problem with a fix.
+
+    ``aux_layers``: the capture `launch --aux-layers` (SGLANG_EAGLE3_AUX_LAYERS) asks for; our
+    override wraps the model's own set_eagle3_layers_to_capture, so prefill and decode (graphs
+    included) capture exactly those layers, whatever the draft config says."""
     archs = target_cfg.get("architectures") or []
     arch = archs[0] if archs else ""
     family = family_for(arch)
@@ -577,7 +581,9 @@ def check(target_cfg: dict, draft_cfg: dict, version: str,
     count, count_from = draft_count(draft_cfg, version)
 
     # What the release reads: only the nested key feeds the target (section 3.1).
-    if not reads_config_ids(version):
+    if aux_layers is not None:
+        prefill = decode = [to_loop(x) for x in aux_layers]
+    elif not reads_config_ids(version):
         prefill = decode = default_loop(n)
     else:
         prefill = config_to_loop(family, version, nested, n)
@@ -592,7 +598,9 @@ def check(target_cfg: dict, draft_cfg: dict, version: str,
                   f"use SGLang >= {family.since}"))
         return rep
 
-    if not reads_config_ids(version):
+    if aux_layers is not None:
+        rep.rule = f"--aux-layers {format_layers(aux_layers)} (our override; the draft config's ids are not used)"
+    elif not reads_config_ids(version):
         rep.notes.append(f"SGLang {version} never reads the draft's layer ids: it captures the "
                          f"defaults {describe([from_loop(i) for i in prefill])} everywhere")
     if draft_cfg.get("eagle_config", {}).get("use_aux_hidden_state") is False:

@@ -528,3 +528,37 @@ def test_override_leaves_loop_index_setters_alone(monkeypatch):
     assert Qwen3_5ForCausalLM().set_eagle3_layers_to_capture([3, 31, 59]) == [3, 31, 59]
     Qwen3MoeForCausalLM = type("Qwen3MoeForCausalLM", (), {"config": SimpleNamespace(num_hidden_layers=61)})
     assert layers.override_layer_ids(Qwen3MoeForCausalLM(), [9, 9, 9]) == [2, 30, 58]
+
+
+def test_check_judges_the_aux_layers_override():
+    """`layers check --aux-layers`: the capture `launch --aux-layers` sets, checked against the
+    layers the draft was trained on (the wiring table's three cases, docs/gpu-results.md)."""
+    target = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 32}
+    draft = {"architectures": ["LlamaForCausalLMEagle3"],
+             "eagle_config": {"eagle_aux_hidden_state_layer_ids": [3, 17, 30]}}
+    trained = layers.parse_layers("2,16,29")
+    default = layers.check(target, draft, "0.5.16", trained)
+    assert not default.ok and layers.format_layers([layers.from_loop(i) for i in default.prefill_loop]) == "3,17,30"
+    fixed = layers.check(target, draft, "0.5.16", trained, layers.parse_layers("2,16,29"))
+    assert fixed.ok and fixed.prefill_loop == fixed.decode_loop == [3, 17, 30]
+    off = layers.check(target, draft, "0.5.16", trained, layers.parse_layers("1,15,28"))
+    assert not off.ok and "1, 15, 28" in off.problems[0].what
+
+
+def test_layers_check_cli_aux_layers(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "t").mkdir()
+    (tmp_path / "d").mkdir()
+    (tmp_path / "t" / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 32}))
+    (tmp_path / "d" / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLMEagle3"],
+                                                            "eagle_config": {"eagle_aux_hidden_state_layer_ids": [3, 17, 30]}}))
+    base = [sys.executable, "-m", "sglang_eagle3_ext", "layers", "check", "--target", str(tmp_path / "t"),
+            "--draft", str(tmp_path / "d"), "--trained-on", "2,16,29", "--sglang-version", "0.5.16"]
+    assert subprocess.run(base, capture_output=True, text=True).returncode == 1
+    r = subprocess.run(base + ["--aux-layers", "2,16,29"], capture_output=True, text=True)
+    assert r.returncode == 0 and "OK" in r.stdout, r.stdout + r.stderr
+    bad = subprocess.run(base + ["--aux-layers", "1,,2"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr

@@ -27,6 +27,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="layers the draft was trained on, our convention: output of layer k, 'emb' (e.g. 2,30,58)")
     g.add_argument("--trained-on-hf", metavar="IDX", default=None,
                    help="the same as HF hidden_states indices (0 = embeddings; e.g. 3,31,59)")
+    c.add_argument("--aux-layers", metavar="LAYERS", default=None,
+                   help="judge the capture `launch --aux-layers LAYERS` sets (default: "
+                        "$SGLANG_EAGLE3_AUX_LAYERS when set, else the release's own rule)")
     c.add_argument("--json", action="store_true", help="machine-readable output")
     c.add_argument("--sglang-root", metavar="PATH", default=argparse.SUPPRESS,
                    help="an unpacked SGLang tree to use instead of the installed one")
@@ -108,7 +111,11 @@ def run(args: argparse.Namespace) -> int:
             parse_version(version)
         except UserError as exc:
             raise UserError(f"--sglang-version: {exc}", exit_code=2) from None
-    rep = layers.check(target, draft, version, trained)
+    from .. import settings
+
+    aux_text = args.aux_layers if args.aux_layers is not None else settings.AUX_LAYERS.get()
+    aux = layers.parse_layers(aux_text) if aux_text else None
+    rep = layers.check(target, draft, version, trained, aux)
     if args.json:
         print_json(rep.to_dict())
     else:
