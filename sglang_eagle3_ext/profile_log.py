@@ -592,17 +592,20 @@ def read_client(path: str | Path) -> dict[str, Any]:
 
 
 def _bench_span(doc: dict[str, Any]) -> tuple[float, float] | None:
-    """(start, end) epoch seconds of a bench document: its start time (whole seconds) plus the
-    wall time of its warm-up and measured runs, one second of slack each side."""
+    """(start, end) epoch seconds of a bench document. Its ``time`` is stamped when the result is
+    built, after the last run (bench.build_result), so the bench ran over the ``wall_s`` of its
+    warm-up and measured runs before it; one second of slack each side (both clocks are whole
+    seconds). On the H200 ladder, reading ``time`` as the start put mostly the next level's
+    batch-8/32 windows beside the batch-1 bench."""
     import datetime as _dt
 
     try:
-        t0 = _dt.datetime.strptime(str(doc["time"]), "%Y-%m-%dT%H:%M:%S%z").timestamp()
+        t_end = _dt.datetime.strptime(str(doc["time"]), "%Y-%m-%dT%H:%M:%S%z").timestamp()
         wall = sum(float(r.get("wall_s") or 0.0) for r in [*(doc.get("warmup_runs") or []),
                                                           *(doc.get("runs") or [])])
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
-    return (t0 - 1.0, t0 + wall + 2.0)
+    return (t_end - wall - 1.0, t_end + 1.0)
 
 
 def _record_epoch(rec: dict[str, Any]) -> float | None:
