@@ -39,7 +39,7 @@ def rows(sweep_dir: Path) -> list[dict]:
             aligned = profile_log.aligned_run(run, client)
             if aligned is None:
                 continue
-            a = profile_log.agreement(profile_log.summarize(aligned, all_windows=True), client)
+            a = profile_log.agreement(profile_log.summarize(aligned), client)
             out.append({"config": cdir.name, "concurrency": client["concurrency"], "basis": a["basis"],
                         "profile_tok_s": a["decode_tok_s"]["profile"], "client_tok_s": client["decode_tok_s"],
                         "tok_s_diff_pct": a["decode_tok_s"]["diff_pct"],
