@@ -41,19 +41,25 @@ def _checked(p: Path, doc: Any, where: str) -> dict[str, Any]:
     return doc
 
 
+def _read(path: str | Path) -> Any:
+    """One input file's JSON, or one line (exit 2) for a folder or an unreadable file."""
+    p = Path(path)
+    if p.is_dir():
+        raise UserError(f"{p}: is a folder; give bench result files (or a sweep's results.json)",
+                        exit_code=2)
+    try:
+        return read_json(p)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{p}: cannot read it ({getattr(exc, 'strerror', None) or exc})",
+                        exit_code=2) from None
+
+
 def load(paths: list[str]) -> list[dict[str, Any]]:
     """Bench documents from bench files and sweep results files, in the order given."""
     docs: list[dict[str, Any]] = []
     for path in paths:
         p = Path(path)
-        if p.is_dir():
-            raise UserError(f"{p}: is a folder; give bench result files (or a sweep's results.json)",
-                            exit_code=2)
-        try:
-            data = read_json(p)
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UserError(f"{p}: cannot read it ({getattr(exc, 'strerror', None) or exc})",
-                            exit_code=2) from None
+        data = _read(p)
         schema = data.get("schema") if isinstance(data, dict) else None
         if schema == BENCH_SCHEMA:
             docs.append(_checked(p, data, "the result"))
@@ -156,13 +162,17 @@ def _sweep_ladders(data: Any) -> list[dict[str, Any]]:
     """The ladders of a steps x concurrency sweep's finished configs, labelled by config name."""
     if not isinstance(data, dict) or data.get("schema") != SWEEP_SCHEMA:
         return []
-    return [{"label": c["name"], "baseline": bool(c.get("baseline")), "levels": c["ladder"]["levels"]}
-            for c in data.get("configs", []) if c.get("status") == "ok" and c.get("ladder")]
+    configs = data.get("configs")
+    if not isinstance(configs, list):
+        return []
+    return [{"label": str(c.get("name")), "baseline": bool(c.get("baseline")), "levels": c["ladder"]["levels"]}
+            for c in configs if isinstance(c, dict) and c.get("status") == "ok"
+            and isinstance(c.get("ladder"), dict) and isinstance(c["ladder"].get("levels"), list)]
 
 
 def is_ladder_set(paths: list[str]) -> bool:
     """True when the first file is a ladder, or a sweep with ladders (then every file must be)."""
-    data = read_json(paths[0])
+    data = _read(paths[0])
     return isinstance(data, dict) and (data.get("schema") == LADDER_SCHEMA or bool(_sweep_ladders(data)))
 
 
@@ -172,7 +182,7 @@ def load_ladders(paths: list[str]) -> list[dict[str, Any]]:
 
     docs: list[dict[str, Any]] = []
     for p in paths:
-        from_sweep = _sweep_ladders(read_json(p))
+        from_sweep = _sweep_ladders(_read(p))
         docs += from_sweep or [load_ladder(p)]
     return docs
 
