@@ -24,7 +24,6 @@ from .spec import Anchor, Patch
 
 # The one name our inserted code binds in a module, per runtime module of ours.
 ALIASES = {"probes": "_sglang_eagle3_probes", "layers": "_sglang_eagle3_layers"}
-PHASES = ("draft", "verify", "extend")
 
 _IMPORT_BLOCK = {
     "probes": (

@@ -24,11 +24,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import settings as env  # stdlib only: the one declaration of every variable
+from .window import ALL_PHASES
 
 ENV = env.PROFILE_METRICS.name
 ENV_BASELINE = env.PROFILE_BASELINE_TPS.name
 PREFIX = "sglang:eagle3_"
-PHASES = ("draft", "verify", "extend", "other", "cycle")
+PHASES = ALL_PHASES  # draft, verify, extend, other, cycle (probes/window.py)
 BASE_LABELS = ("model_name", "tp_rank", "pp_rank")
 # seconds: a cycle is 0.1 ms (tiny model) to ~1 s (a huge MoE at large batch)
 SECONDS_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025,
