@@ -124,3 +124,32 @@ def test_every_variable_the_code_names_is_declared_and_read_through_settings():
                 by_hand.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
     assert undeclared == [], "declare these in sglang_eagle3_ext/settings.py"
     assert by_hand == [], "read these through their settings.Setting (get / read / is_set)"
+
+
+def test_probe_parsers_share_the_declarations(capsys):
+    """probes.settings() / metrics.settings() / plugin.switches() read through these Settings:
+    the same spellings are accepted, the same bad values fall back with one 'is not ...' line."""
+    from sglang_eagle3_ext import plugin, probes
+    from sglang_eagle3_ext.probes import metrics
+
+    env = {"EAGLE3_PROFILE": "yes", "EAGLE3_PROFILE_MODE": " WALL ", "EAGLE3_PROFILE_TOGGLE": "usr2",
+           "EAGLE3_PROFILE_SPEC": "3,?,4", "EAGLE3_PROFILE_DEFER": "", "EAGLE3_PROFILE_OUT": "/tmp/p.jsonl"}
+    s = probes.settings(env)
+    assert (s["enabled"], s["mode"], s["toggle"], s["defer"], s["out"]) == \
+        (True, "wall", "SIGUSR2", True, "/tmp/p.jsonl")
+    assert s["spec"] == {"steps": 3, "topk": None, "draft_tokens": 4}
+    assert settings.PROFILE_MODE.read({"EAGLE3_PROFILE_MODE": "gpu"})[1] == \
+        "EAGLE3_PROFILE_MODE='gpu' is not one of auto, events, wall, sync; using 'auto'"
+    assert settings.PROFILE_SPEC.read({"EAGLE3_PROFILE_SPEC": "a,b,c"})[1].endswith("; ignored")
+    for bad in ("0", "-3", "inf", "nan", "fast"):
+        assert settings.PROFILE_BASELINE_TPS.read({"EAGLE3_PROFILE_BASELINE_TPS": bad})[0] is None
+    # off: bad values are not worth a line (nothing reads them)
+    probes.settings({"EAGLE3_PROFILE_EVERY": "zero"})
+    metrics.settings({"EAGLE3_PROFILE_BASELINE_TPS": "fast"})
+    assert capsys.readouterr().err == ""
+    assert metrics.settings({"EAGLE3_PROFILE": "1", "EAGLE3_PROFILE_METRICS": "on",
+                             "EAGLE3_PROFILE_BASELINE_TPS": "88.5"}) == {"on": True, "baseline_tps": 88.5}
+    assert metrics.settings({"EAGLE3_PROFILE_METRICS": "1"})["on"] is False  # needs the probes too
+    assert plugin.switches({"EAGLE3_PROFILE": "off", "SGLANG_EAGLE3_NCCL": " nvls ",
+                            "SGLANG_EAGLE3_AUX_LAYERS": ""}) == {"profile": False, "nccl": "nvls",
+                                                                 "aux_layers": None}
