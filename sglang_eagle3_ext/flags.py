@@ -23,6 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import settings
 from .errors import UserError
 from .sglang_env import SGLangEnv, parse_version
 
@@ -32,7 +33,8 @@ if TYPE_CHECKING:
 ALGORITHMS = ("EAGLE", "EAGLE3")
 # NEXTN is SGLang's alias of EAGLE in every release (0.5.23 arg_groups/speculative_hook.py:107-113).
 ALGORITHM_ALIASES = {"NEXTN": "EAGLE"}
-PROFILE_MODES = ("events", "wall", "sync")
+# --profile-mode: the probe timing modes but auto (leaving the flag out is auto); settings.py names them
+PROFILE_MODES = tuple(m for m in settings.PROFILE_MODES if m != "auto")
 
 # Spec flags the wrapper owns: given through `-- extra args` they would bypass every rule here.
 OWNED_FLAGS = {

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -424,13 +423,13 @@ def override_layer_ids(model: Any, layer_ids: list[int] | None, requested: str |
     """Config ids that make ``model`` (this class, in the running SGLang) capture the requested
     layers. ``SGLANG_EAGLE3_AUX_LAYERS`` wins over ``requested``; nothing requested -> ``layer_ids``
     unchanged. The incoming ids are ignored otherwise (idempotent under nested delegation)."""
-    text = os.environ.get(ENV) or requested
+    text = AUX_LAYERS.get() or requested
     if not text or not str(text).strip():
         return layer_ids
     cls = type(model).__name__
     if _takes_loop_indices(cls):
         return layer_ids  # inner setter (already loop indices from the overridden outer call)
-    source = ENV if os.environ.get(ENV) else "--aux-layers"
+    source = ENV if AUX_LAYERS.is_set() else "--aux-layers"
     wanted = parse_layers(str(text))
     family = family_for(cls)
     if family is None:  # most SGLang models use the +1 rule (section 3.3); say we assumed it

@@ -10,10 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UserError
+from .probes.window import LABELS, PHASES
 
-PHASES = ("draft", "verify", "extend", "other")
-PHASE_LABELS = {"draft": "draft steps", "verify": "target verify", "extend": "draft re-extend",
-                "other": "other"}
+PHASE_LABELS = {p: LABELS[p].lower() for p in PHASES}  # legend: the block's labels, lower case
 
 
 def _plt() -> Any:

@@ -25,15 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from . import nccl, settings
+from .patcher import MARKER  # carried by every source-patched SGLang file (stdlib-only module)
 from .sglang_env import COMMON_FILE, V1_FILE, V2_FILE, SGLangEnv, locate
 
 ENV_PROFILE = settings.PROFILE.name
 ENV_NCCL = nccl.ENV
 ENV_AUX = settings.AUX_LAYERS.name
-MARKER = "sglang-eagle3-ext"  # carried by every source-patched SGLang file
 ENTRY_POINT = "sglang_eagle3_ext.plugin:register"
 ENTRY_POINT_NAME = "eagle3_ext"  # pyproject.toml [project.entry-points."sglang.srt.plugins"]
-_FALSE = ("", "0", "false", "no", "off")
 
 # SGLang process entry functions -> role; register() walks its caller frames (innermost first).
 _ROLE_BY_FUNC = {
@@ -80,11 +79,12 @@ logger = _make_logger()
 # Switches and the plan (pure: reads files only, testable against every release's source)
 
 def switches(environ: dict[str, str] | os._Environ[str] | None = None) -> dict[str, Any]:
-    env = os.environ if environ is None else environ
+    """What this environment asks of the plugin, read through ``settings`` (bool / text: a value
+    cannot be malformed here; the NCCL preset and the layers are judged where they are applied)."""
     return {
-        "profile": env.get(ENV_PROFILE, "").strip().lower() not in _FALSE,
-        "nccl": (env.get(ENV_NCCL) or "").strip() or None,
-        "aux_layers": (env.get(ENV_AUX) or "").strip() or None,
+        "profile": bool(settings.PROFILE.get(environ)),
+        "nccl": settings.NCCL.get(environ),
+        "aux_layers": settings.AUX_LAYERS.get(environ),
     }
 
 

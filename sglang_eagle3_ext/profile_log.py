@@ -22,7 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UserError
-from .probes.window import CYCLE, PHASES, REASONS, SCHEMA, SCHEMAS, per_position_rates
+from .probes.window import (
+    CYCLE,
+    LABEL_TO_PHASE,
+    PHASES,
+    REASONS,
+    SCHEMA,
+    SCHEMAS,
+    per_position_rates,
+)
 
 _NUM = r"(\d+(?:\.\d+)?)"
 _HEADER = re.compile(
@@ -30,14 +38,8 @@ _HEADER = re.compile(
     r"(?:, (?P<req>\d+) verifies)?\)"
     r"(?: window (?P<window>\d+))?(?:, mode (?P<mode>\w+))?(?:, rank (?P<rank>\d+))?"
 )
-_LABEL_TO_PHASE = {
-    "Draft steps": "draft",
-    "Target verify": "verify",
-    "Draft re-extend": "extend",
-    "Other overhead": "other",
-}
 _PHASE_LINE = re.compile(
-    r"(?P<label>Draft steps|Target verify|Draft re-extend|Other overhead):\s*(?P<rest>.*)$"
+    r"(?P<label>" + "|".join(map(re.escape, LABEL_TO_PHASE)) + r"):\s*(?P<rest>.*)$"
 )
 _PHASE_VALUE = re.compile(_NUM + r" ms/cyc\s*\(\s*" + _NUM + r"%\)")
 _TOTAL_LINE = re.compile(r"TOTAL:\s*(?P<rest>.*)$")
@@ -116,7 +118,7 @@ def _scan_blocks(text: str) -> list[_Block]:
             continue
         m = _PHASE_LINE.search(line)
         if m:
-            phase = _LABEL_TO_PHASE[m["label"]]
+            phase = LABEL_TO_PHASE[m["label"]]
             if cur is None or phase in cur.phases or phase in cur.truncated:
                 cur = _Block(lineno)  # a body without a header line (e.g. cut by `grep | tail`)
                 blocks.append(cur)
@@ -258,7 +260,7 @@ def _block_split(b: _Block, rec: dict[str, Any]) -> None:
             reasons[k] = int(v)
     phases = None
     if st[1] is not None:
-        vals = dict(zip(("draft", "verify", "extend", "other"), (float(x) for x in st.groups()[2:6]), strict=True))
+        vals = dict(zip(PHASES, (float(x) for x in st.groups()[2:6]), strict=True))
         phases = {p: {"mean_ms": vals[p], "p50_ms": None, "p90_ms": None} for p in PHASES}
         phases[CYCLE] = {"mean_ms": float(st[1]), "p50_ms": float(st[2]), "p90_ms": None}
     rec["steady"] = {"cycles": int(c["steady"]), "requests": None, "accepted_drafts": None, "tokens": None,

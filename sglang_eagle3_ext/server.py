@@ -29,7 +29,15 @@ import yaml
 
 from .errors import UserError
 from .resources import cache_root, data_dir
-from .settings import AUX_LAYERS, NCCL
+from .settings import (
+    AUX_LAYERS,
+    NCCL,
+    PROFILE,
+    PROFILE_EVERY,
+    PROFILE_MODE,
+    PROFILE_OUT,
+    PROFILE_SPEC,
+)
 
 REPO_LAUNCH_DIR = data_dir("launch")
 DEFAULT_PORT = 30000
@@ -284,16 +292,16 @@ def build_command(cfg: LaunchConfig, *, node_rank: int | None = None,
         # The plugin (0.5.11+) re-applies the preset inside every SGLang process.
         env[NCCL.name] = nccl
     if cfg.profile:
-        env["EAGLE3_PROFILE"] = "1"
+        env[PROFILE.name] = "1"
         if cfg.profile_every is not None:
-            env["EAGLE3_PROFILE_EVERY"] = str(cfg.profile_every)
+            env[PROFILE_EVERY.name] = str(cfg.profile_every)
         if cfg.profile_mode:
-            env["EAGLE3_PROFILE_MODE"] = cfg.profile_mode
+            env[PROFILE_MODE.name] = cfg.profile_mode
         if cfg.profile_out:
-            env["EAGLE3_PROFILE_OUT"] = str(Path(cfg.profile_out).expanduser().absolute())
+            env[PROFILE_OUT.name] = str(Path(cfg.profile_out).expanduser().absolute())
         spec = cfg.spec_string()
         if spec:
-            env["EAGLE3_PROFILE_SPEC"] = spec
+            env[PROFILE_SPEC.name] = spec
     if cfg.aux_layers:
         from .layers import format_layers, parse_layers  # the one parser; normalised spelling
 

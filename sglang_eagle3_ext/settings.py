@@ -28,18 +28,66 @@ def _bool(raw: str) -> bool:
     return raw.strip().lower() not in _FALSE
 
 
+# Parsers: a ValueError's message is a predicate ("is not ...") that follows "NAME='raw' ".
+
 def _pos_int(raw: str) -> int:
-    v = int(raw.strip())
+    try:
+        v = int(raw.strip())
+    except ValueError:
+        v = 0
     if v < 1:
-        raise ValueError("must be >= 1")
+        raise ValueError("is not a positive integer")
     return v
 
 
 def _float(raw: str) -> float:
-    v = float(raw.strip())
+    try:
+        v = float(raw.strip())
+    except ValueError:
+        v = -1.0
     if v != v or v < 0:  # NaN or negative
-        raise ValueError("must be a number >= 0")
+        raise ValueError("is not a number >= 0")
     return v
+
+
+def _pos_float(raw: str) -> float:
+    try:
+        v = float(raw.strip())
+    except ValueError:
+        v = 0.0
+    if not 0 < v < float("inf"):  # also rejects NaN
+        raise ValueError("is not a positive number")
+    return v
+
+
+PROFILE_MODES = ("auto", "events", "wall", "sync")  # auto: events on CUDA, else wall
+
+
+def _profile_mode(raw: str) -> str:
+    v = raw.strip().lower()
+    if v not in PROFILE_MODES:
+        raise ValueError(f"is not one of {', '.join(PROFILE_MODES)}")
+    return v
+
+
+def _spec(raw: str) -> dict[str, int | None]:
+    """"steps,topk,draft_tokens"; an empty or "?" part is unknown."""
+    bad = ValueError("is not 'steps,topk,draft_tokens'")
+    try:
+        parts = [int(x) if x.strip() not in ("", "?") else None for x in raw.split(",")]
+    except ValueError:
+        raise bad from None
+    if len(parts) != 3:
+        raise bad
+    return dict(zip(("steps", "topk", "draft_tokens"), parts, strict=True))
+
+
+def _signal(raw: str) -> str:
+    name = raw.strip().upper()
+    name = name if name.startswith("SIG") else "SIG" + name
+    if name not in ("SIGUSR1", "SIGUSR2"):
+        raise ValueError("is not SIGUSR1 or SIGUSR2")
+    return name
 
 
 def _text(raw: str) -> str | None:
@@ -76,7 +124,8 @@ class Setting:
         try:
             value = self.parse(raw)
         except ValueError as exc:
-            return self.default, f"{self.name}={raw!r}: {exc}; using {self.default!r}"
+            fallback = f"using {self.default!r}" if self.default is not None else "ignored"
+            return self.default, f"{self.name}={raw!r} {exc}; {fallback}"
         return (self.default if value is None else value), None
 
     def get(self, environ: Mapping[str, str] | None = None) -> Any:
@@ -115,7 +164,7 @@ DRAFT = Setting("SGLANG_EAGLE3_DRAFT", _text, None, "draft folder name inside a 
                 "draft-0.8 of an acceptance list), expanded in the shape presets", "cli")
 PROFILE_METRICS = Setting("EAGLE3_PROFILE_METRICS", _bool, False, "publish each window on SGLang's "
                           "/metrics (docs/metrics.md)", "sglang")
-PROFILE_BASELINE_TPS = Setting("EAGLE3_PROFILE_BASELINE_TPS", _float, None, "baseline tok/s for the "
+PROFILE_BASELINE_TPS = Setting("EAGLE3_PROFILE_BASELINE_TPS", _pos_float, None, "baseline tok/s for the "
                                "break-even margin gauge (docs/metrics.md)", "sglang")
 DEBUG = Setting("SGLANG_EAGLE3_DEBUG", _bool, False, "show the traceback of an unexpected error instead "
                 "of the one-line report", "cli")
@@ -125,14 +174,14 @@ AUX_LAYERS = Setting("SGLANG_EAGLE3_AUX_LAYERS", _text, None, "aux hidden-state 
                      "sglang")
 NCCL = Setting("SGLANG_EAGLE3_NCCL", _text, None, "NCCL preset name from launch/nccl.yaml, applied by the "
                "plugin in every process", "sglang")
-# --- the probes (probes/__init__.py settings() reads these; names and defaults are the data here)
+# --- the probes (probes/__init__.py settings() reads these through get/read, nothing by hand)
 PROFILE = Setting("EAGLE3_PROFILE", _bool, False, "probes on (1) / off", "sglang")
 PROFILE_EVERY = Setting("EAGLE3_PROFILE_EVERY", _pos_int, 100, "cycles per window", "sglang")
-PROFILE_MODE = Setting("EAGLE3_PROFILE_MODE", _text, None, "events / wall / sync (default: events on "
-                       "CUDA, else wall)", "sglang")
+PROFILE_MODE = Setting("EAGLE3_PROFILE_MODE", _profile_mode, "auto", "auto / events / wall / sync (auto: "
+                       "events on CUDA, else wall)", "sglang")
 PROFILE_OUT = Setting("EAGLE3_PROFILE_OUT", _text, None, "JSONL path; rank 0 appends one record per "
                       "window", "sglang")
-PROFILE_SPEC = Setting("EAGLE3_PROFILE_SPEC", _text, None, "steps,topk,draft_tokens (set by launch)",
+PROFILE_SPEC = Setting("EAGLE3_PROFILE_SPEC", _spec, None, "steps,topk,draft_tokens (set by launch)",
                        "sglang")
 PROFILE_ROUTE = Setting("EAGLE3_PROFILE_ROUTE", _text, None, "source-patch / plugin, recorded per window",
                         "sglang")
@@ -140,7 +189,7 @@ PROFILE_IDLE_MS = Setting("EAGLE3_PROFILE_IDLE_MS", _float, 200.0, "a gap longer
                           "at its own end", "sglang")
 PROFILE_DEFER = Setting("EAGLE3_PROFILE_DEFER", _bool, True, "events mode: read each window once the GPU "
                         "has passed it (0: at its boundary)", "sglang")
-PROFILE_TOGGLE = Setting("EAGLE3_PROFILE_TOGGLE", _text, None, "SIGUSR1 / SIGUSR2 pauses and resumes the "
+PROFILE_TOGGLE = Setting("EAGLE3_PROFILE_TOGGLE", _signal, None, "SIGUSR1 / SIGUSR2 pauses and resumes the "
                          "probes of a live process", "sglang")
 PROFILE_TRACE = Setting("EAGLE3_PROFILE_TRACE", _bool, False, "tests only: every probe call is appended "
                         "to probes.trace", "sglang")

@@ -35,8 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UserError
+from .probes.window import ALL_PHASES
 
-PHASES = ("draft", "verify", "extend", "other", "cycle")
+PHASES = ALL_PHASES  # draft, verify, extend, other, cycle (probes/window.py)
 
 
 # ------------------------------------------------------------------ probe records

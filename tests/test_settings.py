@@ -81,3 +81,75 @@ def test_old_tiny_name_still_drives_the_preset_and_never_reaches_sglang(tmp_path
     assert r.stderr.count("SGL_EAGLE3_TINY is deprecated") == 1, r.stderr
     assert f"{tmp_path}/target" in r.stdout, r.stdout + r.stderr
     assert "SGL_" not in r.stdout
+
+
+_OUR_NAME = re.compile(r"\b(?:SGLANG_EAGLE3|EAGLE3_PROFILE)(?:_[A-Z0-9]+)*\b")
+_READERS = ("get", "getenv", "pop", "setdefault")
+
+
+def _literal_names(node: object) -> list[str]:
+    import ast
+
+    texts = [n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)]  # type: ignore[arg-type]
+    return [m.group(0) for t in texts for m in _OUR_NAME.finditer(t)]
+
+
+def test_every_variable_the_code_names_is_declared_and_read_through_settings():
+    """AST scan of sglang_eagle3_ext/: (1) every SGLANG_EAGLE3_* / EAGLE3_PROFILE* name in a string
+    (a read, a write, a message) is declared in settings.py; (2) no module but settings.py reads
+    one of ours by hand (``os.environ.get("EAGLE3_...")``, ``os.getenv``, ``env["..."]`` loads):
+    they all go through a ``Setting``. A new undeclared name, or a new hand-parsed one, fails."""
+    import ast
+
+    declared = set(settings.BY_NAME) | {s.old for s in settings.ALL if s.old}
+    undeclared, by_hand = [], []
+    for p in sorted((REPO / "sglang_eagle3_ext").rglob("*.py")):
+        rel = p.relative_to(REPO)
+        tree = ast.parse(p.read_text(encoding="utf-8"))
+        for name in _literal_names(tree):
+            if name not in declared and name != "SGLANG_EAGLE3":  # the bare prefix (doctor's filter)
+                undeclared.append(f"{rel}: {name}")
+        if p.name == "settings.py":
+            continue
+        for node in ast.walk(tree):
+            key = None
+            if isinstance(node, ast.Call) and node.args:
+                f = node.func
+                if isinstance(f, ast.Attribute) and f.attr in _READERS or \
+                        isinstance(f, ast.Name) and f.id == "getenv":
+                    key = node.args[0]
+            elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+                key = node.slice
+            if key is not None and _literal_names(key):
+                by_hand.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
+    assert undeclared == [], "declare these in sglang_eagle3_ext/settings.py"
+    assert by_hand == [], "read these through their settings.Setting (get / read / is_set)"
+
+
+def test_probe_parsers_share_the_declarations(capsys):
+    """probes.settings() / metrics.settings() / plugin.switches() read through these Settings:
+    the same spellings are accepted, the same bad values fall back with one 'is not ...' line."""
+    from sglang_eagle3_ext import plugin, probes
+    from sglang_eagle3_ext.probes import metrics
+
+    env = {"EAGLE3_PROFILE": "yes", "EAGLE3_PROFILE_MODE": " WALL ", "EAGLE3_PROFILE_TOGGLE": "usr2",
+           "EAGLE3_PROFILE_SPEC": "3,?,4", "EAGLE3_PROFILE_DEFER": "", "EAGLE3_PROFILE_OUT": "/tmp/p.jsonl"}
+    s = probes.settings(env)
+    assert (s["enabled"], s["mode"], s["toggle"], s["defer"], s["out"]) == \
+        (True, "wall", "SIGUSR2", True, "/tmp/p.jsonl")
+    assert s["spec"] == {"steps": 3, "topk": None, "draft_tokens": 4}
+    assert settings.PROFILE_MODE.read({"EAGLE3_PROFILE_MODE": "gpu"})[1] == \
+        "EAGLE3_PROFILE_MODE='gpu' is not one of auto, events, wall, sync; using 'auto'"
+    assert settings.PROFILE_SPEC.read({"EAGLE3_PROFILE_SPEC": "a,b,c"})[1].endswith("; ignored")
+    for bad in ("0", "-3", "inf", "nan", "fast"):
+        assert settings.PROFILE_BASELINE_TPS.read({"EAGLE3_PROFILE_BASELINE_TPS": bad})[0] is None
+    # off: bad values are not worth a line (nothing reads them)
+    probes.settings({"EAGLE3_PROFILE_EVERY": "zero"})
+    metrics.settings({"EAGLE3_PROFILE_BASELINE_TPS": "fast"})
+    assert capsys.readouterr().err == ""
+    assert metrics.settings({"EAGLE3_PROFILE": "1", "EAGLE3_PROFILE_METRICS": "on",
+                             "EAGLE3_PROFILE_BASELINE_TPS": "88.5"}) == {"on": True, "baseline_tps": 88.5}
+    assert metrics.settings({"EAGLE3_PROFILE_METRICS": "1"})["on"] is False  # needs the probes too
+    assert plugin.switches({"EAGLE3_PROFILE": "off", "SGLANG_EAGLE3_NCCL": " nvls ",
+                            "SGLANG_EAGLE3_AUX_LAYERS": ""}) == {"profile": False, "nccl": "nvls",
+                                                                 "aux_layers": None}

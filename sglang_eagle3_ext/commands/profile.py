@@ -11,15 +11,11 @@ from typing import Any
 from .. import analysis, profile_log
 from ..console import err, out, print_json
 from ..errors import UserError
+from ..probes.window import CYCLE, CYCLE_LABEL, LABELS
 
 HELP = "Read probe JSONL / server logs with EAGLE3_PROF blocks: phase table, break-even, --predict."
 
-_LABELS = (
-    ("draft", "Draft steps"),
-    ("verify", "Target verify"),
-    ("extend", "Draft re-extend"),
-    ("other", "Other overhead"),
-)
+_LABELS = tuple(LABELS.items())  # (phase, label), the block's order (probes/window.py)
 _MAX_NOTES = 4
 
 
@@ -200,7 +196,7 @@ def _rank_table(base: str, spread: dict[str, Any]):
         t.add_column(f"rank {r}", justify="right")
     t.add_column("spread", justify="right")
     t.add_column("slowest", justify="right")
-    for key, label in (*_LABELS, ("cycle", "TOTAL cycle")):
+    for key, label in (*_LABELS, (CYCLE, CYCLE_LABEL)):
         ph = spread["phases"].get(key)
         if not ph:
             continue

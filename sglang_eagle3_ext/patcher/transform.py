@@ -19,12 +19,11 @@ from typing import Any
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
+from . import MARKER  # the one definition (patcher/__init__.py, stdlib only)
 from .spec import Anchor, Patch
 
-MARKER = "sglang-eagle3-ext"
 # The one name our inserted code binds in a module, per runtime module of ours.
 ALIASES = {"probes": "_sglang_eagle3_probes", "layers": "_sglang_eagle3_layers"}
-PHASES = ("draft", "verify", "extend")
 
 _IMPORT_BLOCK = {
     "probes": (

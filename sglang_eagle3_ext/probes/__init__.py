@@ -11,19 +11,19 @@ no torch call, no allocation. ``reset()`` re-reads the environment (tests, demo)
 
 from __future__ import annotations
 
-import os
 import sys
 from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from .. import settings as env  # stdlib only: the one declaration of every variable
 
 __all__ = [
     "enabled", "cycle_begin", "phase_begin", "phase_end", "cycle_end", "record_accept", "mark_boundary",
     "set_spec_config", "flush", "reset", "trace", "windows", "settings",
 ]
 
-_FALSE = ("", "0", "false", "no", "off")
-MODES = ("auto", "events", "wall", "sync")
+MODES = env.PROFILE_MODES
 
 # In-process observers (tests, demo): the trace list (EAGLE3_PROFILE_TRACE=1) and the records
 # of every window this process emitted (any rank), newest last.
@@ -37,71 +37,32 @@ def _warn(msg: str) -> None:
 
 
 def settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The probe settings an environment asks for. Bad values warn and fall back (a typo in an
-    env var must never take a serving process down)."""
-    env = os.environ if environ is None else environ
-    on = env.get("EAGLE3_PROFILE", "").strip().lower() not in _FALSE
-    every = 100
-    raw = env.get("EAGLE3_PROFILE_EVERY", "").strip()
-    if raw:
-        try:
-            every = int(raw)
-            if every < 1:
-                raise ValueError
-        except ValueError:
-            if on:
-                _warn(f"EAGLE3_PROFILE_EVERY={raw!r} is not a positive integer; using 100")
-            every = 100
-    mode = env.get("EAGLE3_PROFILE_MODE", "auto").strip().lower() or "auto"
-    if mode not in MODES:
-        if on:
-            _warn(f"EAGLE3_PROFILE_MODE={mode!r} is not one of {', '.join(MODES)}; using auto")
-        mode = "auto"
-    spec: dict[str, int | None] = {"steps": None, "topk": None, "draft_tokens": None}
-    raw_spec = env.get("EAGLE3_PROFILE_SPEC", "").strip()
-    if raw_spec:
-        try:
-            parts = [int(x) if x.strip() not in ("", "?") else None for x in raw_spec.split(",")]
-            if len(parts) != 3:
-                raise ValueError
-            spec = dict(zip(("steps", "topk", "draft_tokens"), parts, strict=True))
-        except ValueError:
-            if on:
-                _warn(f"EAGLE3_PROFILE_SPEC={raw_spec!r} is not 'steps,topk,draft_tokens'; ignored")
-    idle_ms = 200.0
-    raw_idle = env.get("EAGLE3_PROFILE_IDLE_MS", "").strip()
-    if raw_idle:
-        try:
-            idle_ms = float(raw_idle)
-        except ValueError:
-            if on:
-                _warn(f"EAGLE3_PROFILE_IDLE_MS={raw_idle!r} is not a number; using 200")
+    """The probe settings an environment asks for, read through ``sglang_eagle3_ext.settings``
+    (names, types, defaults). Bad values warn (when the probes are on) and fall back: a typo in
+    an env var must never take a serving process down."""
+    on = bool(env.PROFILE.get(environ))
+
+    def get(s: env.Setting) -> Any:
+        value, problem = s.read(environ)
+        if problem and on:
+            _warn(problem)
+        return value
+
+    spec = get(env.PROFILE_SPEC)
     return {
         "enabled": on,
-        "every": every,
-        "mode": mode,
-        "out": env.get("EAGLE3_PROFILE_OUT") or None,
-        "trace": env.get("EAGLE3_PROFILE_TRACE", "").strip().lower() not in _FALSE,
-        "spec": spec,
-        "route": env.get("EAGLE3_PROFILE_ROUTE") or None,
-        "idle_ms": idle_ms,
+        "every": get(env.PROFILE_EVERY),
+        "mode": get(env.PROFILE_MODE),
+        "out": get(env.PROFILE_OUT),
+        "trace": bool(get(env.PROFILE_TRACE)),
+        "spec": dict(spec) if spec else {"steps": None, "topk": None, "draft_tokens": None},
+        "route": get(env.PROFILE_ROUTE),
+        "idle_ms": get(env.PROFILE_IDLE_MS),
         # events: read each window once the GPU has passed it (default), or "0": at its boundary,
         # waiting for the GPU (the earlier behaviour, kept to measure what deferring saves)
-        "defer": env.get("EAGLE3_PROFILE_DEFER", "1").strip().lower() not in _FALSE,
-        "toggle": _toggle_signal(env.get("EAGLE3_PROFILE_TOGGLE", ""), on),
+        "defer": bool(get(env.PROFILE_DEFER)),
+        "toggle": get(env.PROFILE_TOGGLE),
     }
-
-
-def _toggle_signal(raw: str, on: bool) -> str | None:
-    name = raw.strip().upper()
-    if not name:
-        return None
-    name = name if name.startswith("SIG") else "SIG" + name
-    if name not in ("SIGUSR1", "SIGUSR2"):
-        if on:
-            _warn(f"EAGLE3_PROFILE_TOGGLE={raw!r} is not SIGUSR1 or SIGUSR2; no toggle signal")
-        return None
-    return name
 
 
 _atexit_registered = False
@@ -264,5 +225,5 @@ def _at_exit() -> None:
             _flush_quietly(p, 10)
 
 
-if os.environ.get("EAGLE3_PROFILE", "").strip().lower() not in _FALSE:
+if env.PROFILE.get():
     reset()

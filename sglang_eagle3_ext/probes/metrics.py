@@ -17,39 +17,32 @@ prometheus_client imported only when switched on, every error caught and warned 
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import threading
 from collections.abc import Mapping
 from typing import Any
 
-ENV = "EAGLE3_PROFILE_METRICS"
-ENV_BASELINE = "EAGLE3_PROFILE_BASELINE_TPS"
+from .. import settings as env  # stdlib only: the one declaration of every variable
+from .window import ALL_PHASES
+
+ENV = env.PROFILE_METRICS.name
+ENV_BASELINE = env.PROFILE_BASELINE_TPS.name
 PREFIX = "sglang:eagle3_"
-PHASES = ("draft", "verify", "extend", "other", "cycle")
+PHASES = ALL_PHASES  # draft, verify, extend, other, cycle (probes/window.py)
 BASE_LABELS = ("model_name", "tp_rank", "pp_rank")
 # seconds: a cycle is 0.1 ms (tiny model) to ~1 s (a huge MoE at large batch)
 SECONDS_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025,
                    0.03, 0.04, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0)
-_FALSE = ("", "0", "false", "no", "off")
 
 
 def settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """``on`` needs both EAGLE3_PROFILE and EAGLE3_PROFILE_METRICS; a bad baseline warns, is ignored."""
-    env = os.environ if environ is None else environ
-    on = all(env.get(k, "").strip().lower() not in _FALSE for k in ("EAGLE3_PROFILE", ENV))
-    baseline: float | None = None
-    raw = env.get(ENV_BASELINE, "").strip()
-    if raw:
-        try:
-            baseline = float(raw)
-            if not baseline > 0 or math.isinf(baseline):
-                raise ValueError
-        except ValueError:
-            baseline = None
-            if on:
-                _warn(f"{ENV_BASELINE}={raw!r} is not a positive number of tok/s; no break-even margin")
+    """``on`` needs both EAGLE3_PROFILE and EAGLE3_PROFILE_METRICS; a bad baseline warns, is ignored
+    (read through ``sglang_eagle3_ext.settings``)."""
+    on = bool(env.PROFILE.get(environ)) and bool(env.PROFILE_METRICS.get(environ))
+    baseline, problem = env.PROFILE_BASELINE_TPS.read(environ)
+    if problem and on:
+        _warn(f"{problem} (no break-even margin)")
     return {"on": on, "baseline_tps": baseline}
 
 

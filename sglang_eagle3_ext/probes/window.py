@@ -18,14 +18,20 @@ SCHEMAS = ("eagle3_prof/1", SCHEMA)  # what readers accept; /1 has no steady spl
 # Boundary reasons of a cycle, as bits (the hot path ORs them into one int per cycle).
 JOIN, LEAVE, EXTEND, BATCH, IDLE = 1, 2, 4, 8, 16
 REASONS = {"join": JOIN, "leave": LEAVE, "extend": EXTEND, "batch_change": BATCH, "idle": IDLE}
-PHASES = ("draft", "verify", "extend", "other")
+# Phase names and labels: the one definition (stdlib only, so the probes inside SGLang, the
+# readers, the CLI, the plot and the /metrics publisher all import it from here).
+TIMED = ("draft", "verify", "extend")  # what phase_begin/phase_end bracket (patch anchors, hooks)
+PHASES = (*TIMED, "other")  # other = cycle minus the timed phases
 CYCLE = "cycle"
-LABELS = {
+ALL_PHASES = (*PHASES, CYCLE)  # the keys of a record's "phases"
+LABELS = {  # the EAGLE3_PROF block's labels (profile_log parses them back)
     "draft": "Draft steps",
     "verify": "Target verify",
     "extend": "Draft re-extend",
     "other": "Other overhead",
 }
+CYCLE_LABEL = "TOTAL cycle"
+LABEL_TO_PHASE = {label: name for name, label in LABELS.items()}
 
 
 def percentile(sorted_vals: Sequence[float], q: float) -> float:
@@ -94,7 +100,7 @@ def classify(why: Sequence[int], nreq: Sequence[int], prev_bs: int | None
 
 
 def _group(per_cycle: Mapping[str, Sequence[float]], idx: Sequence[int]) -> dict[str, dict[str, float]]:
-    return {name: phase_stats([per_cycle[name][i] for i in idx]) for name in (*PHASES, CYCLE)}
+    return {name: phase_stats([per_cycle[name][i] for i in idx]) for name in ALL_PHASES}
 
 
 def _rate(tokens: int, requests: int, cycle_mean: float, cycle_sum: float) -> tuple[float | None, ...]:
@@ -125,7 +131,7 @@ def split_record(per_cycle: Mapping[str, Sequence[float]], sizes: Sequence[int |
         st["phases"] = _group(per_cycle, steady)
         al, per_stream, _ = _rate(acc + req, req, st["phases"][CYCLE]["mean_ms"], 0.0)
         st["accept_len"], st["eff_tok_s"] = al, per_stream
-        ref = {name: st["phases"][name]["p50_ms"] for name in (*PHASES, CYCLE)}
+        ref = {name: st["phases"][name]["p50_ms"] for name in ALL_PHASES}
     reasons = {name: sum(1 for i in bound if bits[i] & bit) for name, bit in REASONS.items()}
     ups = sum(1 for i in range(1, len(sizes)) if sizes[i] is not None and sizes[i - 1] is not None
               and sizes[i] > sizes[i - 1])  # type: ignore[operator]
@@ -172,7 +178,7 @@ def build_record(
     cycles = len(per_cycle[CYCLE])
     requests = sum(hist.values())
     accepted = sum(n * c for n, c in hist.items())
-    phases = {name: phase_stats(per_cycle[name]) for name in (*PHASES, CYCLE)}
+    phases = {name: phase_stats(per_cycle[name]) for name in ALL_PHASES}
     cycle_ms = phases[CYCLE]["mean_ms"]
     accept_len = accepted / requests + 1.0 if requests else None
     steps = spec.get("steps")
