@@ -7,6 +7,9 @@ runs first, statically, against the *source* of the release in use (no import), 
 that same release is importable, SGLang's own resolution and checks run in a child process.
 
 Each mirrored SGLang rule cites release + file:line (paths relative to ``sglang/srt/``).
+
+Also here: ``build_command``, the exact SGLang argv + env a ``LaunchConfig`` becomes (what the rules
+check and ``server.Server`` runs). This module reads ``launch_config`` and never imports ``server``.
 """
 
 from __future__ import annotations
