@@ -7,6 +7,9 @@ runs first, statically, against the *source* of the release in use (no import), 
 that same release is importable, SGLang's own resolution and checks run in a child process.
 
 Each mirrored SGLang rule cites release + file:line (paths relative to ``sglang/srt/``).
+
+Also here: ``build_command``, the exact SGLang argv + env a ``LaunchConfig`` becomes (what the rules
+check and ``server.Server`` runs). This module reads ``launch_config`` and never imports ``server``.
 """
 
 from __future__ import annotations
@@ -21,14 +24,20 @@ import subprocess
 import sys
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from . import settings
 from .errors import UserError
+from .launch_config import LaunchConfig
+from .settings import (
+    AUX_LAYERS,
+    NCCL,
+    PROFILE,
+    PROFILE_EVERY,
+    PROFILE_MODE,
+    PROFILE_OUT,
+    PROFILE_SPEC,
+)
 from .sglang_env import SGLangEnv, parse_version
-
-if TYPE_CHECKING:
-    from .server import LaunchConfig
 
 ALGORITHMS = ("EAGLE", "EAGLE3")
 # NEXTN is SGLang's alias of EAGLE in every release (0.5.23 arg_groups/speculative_hook.py:107-113).
@@ -454,6 +463,75 @@ def _check_flags_exist(argv: list[str], env: SGLangEnv) -> None:
                     f"(checked in {env.package_dir / 'srt'}/server_args.py and arg_groups/)")
 
 
+# --------------------------------------------------------------------------------------------
+# The SGLang argv + env a config becomes (what validate checks and server.Server runs)
+# --------------------------------------------------------------------------------------------
+
+def build_command(cfg: LaunchConfig, *, node_rank: int | None = None,
+                  environ: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """The exact argv (a list) and the env variables the wrapper adds to the user's env.
+
+    NCCL preset values never override a variable already set in ``environ`` (default os.environ);
+    ``cfg.env`` (set explicitly in a preset) wins over both.
+    """
+    environ = dict(os.environ if environ is None else environ)
+    argv = [cfg.python or sys.executable, "-m", cfg.server_module, "--model-path", str(cfg.model)]
+    if not cfg.no_spec:
+        argv += ["--speculative-algorithm", normalise_algorithm(cfg.algorithm)]
+        if cfg.draft:
+            argv += ["--speculative-draft-model-path", str(cfg.draft)]
+        if cfg.steps is not None:
+            argv += ["--speculative-num-steps", str(cfg.steps)]
+        if cfg.topk is not None:
+            argv += ["--speculative-eagle-topk", str(cfg.topk)]
+        if cfg.draft_tokens is not None:
+            argv += ["--speculative-num-draft-tokens", str(cfg.draft_tokens)]
+        if cfg.adaptive:
+            argv += ["--speculative-adaptive", "--speculative-adaptive-config",
+                     str(Path(cfg.adaptive).expanduser().absolute())]
+    if cfg.tp is not None and cfg.tp != 1:
+        argv += ["--tp-size", str(cfg.tp)]
+    if cfg.nnodes > 1:
+        argv += ["--nnodes", str(cfg.nnodes), "--node-rank", str(node_rank or 0),
+                 "--dist-init-addr", str(cfg.dist_init_addr)]
+    argv += ["--host", cfg.host, "--port", str(cfg.port)]
+    argv += [str(a) for a in cfg.extra_args]
+
+    env: dict[str, str] = {}
+    nccl = (cfg.nccl or "none").strip()
+    if nccl != "none":
+        from . import nccl as nccl_mod
+
+        for k, v in nccl_mod.preset_env(nccl).items():
+            if k not in environ:  # the user's own value wins (same rule as nccl.apply_preset)
+                env[k] = v
+        # The plugin (0.5.11+) re-applies the preset inside every SGLang process.
+        env[NCCL.name] = nccl
+    if cfg.profile:
+        env[PROFILE.name] = "1"
+        if cfg.profile_every is not None:
+            env[PROFILE_EVERY.name] = str(cfg.profile_every)
+        if cfg.profile_mode:
+            env[PROFILE_MODE.name] = cfg.profile_mode
+        if cfg.profile_out:
+            env[PROFILE_OUT.name] = str(Path(cfg.profile_out).expanduser().absolute())
+        spec = cfg.spec_string()
+        if spec:
+            env[PROFILE_SPEC.name] = spec
+    if cfg.aux_layers:
+        from .layers import format_layers, parse_layers  # the one parser; normalised spelling
+
+        env[AUX_LAYERS.name] = format_layers(parse_layers(str(cfg.aux_layers)))
+    env.update(cfg.env)
+    return argv, env
+
+
+def node_commands(cfg: LaunchConfig, environ: dict[str, str] | None = None
+                  ) -> list[tuple[list[str], dict[str, str]]]:
+    """One (argv, env) per node for ``--nnodes N`` (same env everywhere, only --node-rank differs)."""
+    return [build_command(cfg, node_rank=r, environ=environ) for r in range(cfg.nnodes)]
+
+
 def validate(cfg: LaunchConfig, env: SGLangEnv, *, sglang_check: bool | None = None,
              environ: dict[str, str] | None = None) -> list[str]:
     """Check ``cfg`` against the rules of ``env``'s release; UserError(exit_code=2) on the first
@@ -462,8 +540,6 @@ def validate(cfg: LaunchConfig, env: SGLangEnv, *, sglang_check: bool | None = N
     ``sglang_check``: run SGLang's own resolution + checks in a child Python. ``None`` = when the
     importable SGLang is the release being checked (and ``cfg.sglang_check`` allows it).
     """
-    from .server import build_command  # server imports flags; keep the cycle lazy
-
     notes: list[str] = []
     extra = extra_flags(list(cfg.extra_args))
     owned = [f for f in extra if f in OWNED_FLAGS]

@@ -1,4 +1,8 @@
-"""Start, watch and stop one SGLang server: presets, argv/env building, process group, health wait.
+"""Start, watch and stop one SGLang server: process group, health wait, pid files.
+
+The process side of a launch. What a launch is (``LaunchConfig``, presets) lives in
+``launch_config``; the rules and the SGLang argv/env built from a config live in ``flags``; both
+are re-exported here for callers that know them as ``server.*``.
 
 The command line is always a list handed to ``subprocess.Popen`` (never a shell string); the server
 runs in its own session/process group so one ``killpg`` reaches every SGLang child (tokenizer,
@@ -8,312 +12,53 @@ schedulers, detokenizer) and nothing is left behind.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import re
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .errors import UserError
-from .resources import cache_root, data_dir
-from .settings import (
-    AUX_LAYERS,
-    NCCL,
-    PROFILE,
-    PROFILE_EVERY,
-    PROFILE_MODE,
-    PROFILE_OUT,
-    PROFILE_SPEC,
+from .flags import build_command, node_commands
+from .launch_config import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    DEFAULT_TIMEOUT,
+    FIELDS,
+    REPO_LAUNCH_DIR,
+    LaunchConfig,
+    config_from_mapping,
+    expand,
+    list_presets,
+    load_preset,
+    override,
+    preset_dirs,
 )
+from .resources import cache_root
 
-REPO_LAUNCH_DIR = data_dir("launch")
-DEFAULT_PORT = 30000
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_TIMEOUT = 1800.0  # a Kimi-K2.5 load took ~15 minutes in the seeds
+# Re-exports: the configuration and argv names callers (tests, tools/gpu) use as ``server.*``.
+__all__ = [
+    "DEFAULT_GRACE", "DEFAULT_HOST", "DEFAULT_PORT", "DEFAULT_TIMEOUT", "FIELDS", "REPO_LAUNCH_DIR",
+    "TAIL_LINES", "LaunchConfig", "Server", "ServerFailed", "build_command", "config_from_mapping",
+    "default_pid_file", "expand", "kill_group", "list_presets", "load_preset", "node_commands",
+    "override", "pgid_alive", "pid_files", "port_in_use", "preset_dirs", "read_pid_file",
+    "scheduler_pids", "state_dir", "status_of", "stop_from_pid_file", "write_pid_file",
+]
+
 DEFAULT_GRACE = 15.0
 TAIL_LINES = 40
 
 
 def state_dir() -> Path:
     return cache_root() / "run"
-
-
-# --------------------------------------------------------------------------------------------
-# Config and presets
-# --------------------------------------------------------------------------------------------
-
-@dataclass
-class LaunchConfig:
-    """Everything one launch needs. Preset YAML keys are these field names (``-`` or ``_``)."""
-
-    model: str | None = None
-    draft: str | None = None
-    algorithm: str | None = None          # EAGLE3 (default) | EAGLE | NEXTN
-    steps: int | None = None
-    topk: int | None = None
-    draft_tokens: int | None = None
-    adaptive: str | None = None           # SGLang adaptive config JSON -> --speculative-adaptive
-    no_spec: bool = False
-    tp: int | None = None
-    nccl: str | None = None               # preset name from launch/nccl.yaml, or "none"
-    profile: bool = False
-    profile_every: int | None = None
-    profile_mode: str | None = None
-    profile_out: str | None = None
-    aux_layers: str | None = None         # "2,30,58": outputs of decoder layers (0-based), or emb
-    host: str = DEFAULT_HOST
-    port: int = DEFAULT_PORT
-    log: str | None = None
-    timeout: float | None = None
-    extra_args: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
-    # beyond the architecture contract (all optional):
-    name: str | None = None               # preset name, for logs and pid files
-    description: str | None = None
-    nnodes: int = 1
-    dist_init_addr: str | None = None
-    python: str | None = None             # interpreter that runs SGLang (default: this one)
-    server_module: str = "sglang.launch_server"  # tests point this at stand-in servers
-    sglang_check: bool | None = None      # False: skip SGLang's own argument check
-
-    def spec_string(self) -> str | None:
-        if self.no_spec or self.steps is None:
-            return None
-        return f"{self.steps},{self.topk},{self.draft_tokens}"
-
-    @property
-    def url(self) -> str:
-        host = self.host
-        if host in ("0.0.0.0", "::", ""):
-            host = "127.0.0.1"
-        if ":" in host and not host.startswith("["):
-            host = f"[{host}]"
-        return f"http://{host}:{self.port}"
-
-
-FIELDS = {f.name: f for f in dataclasses.fields(LaunchConfig)}
-_INT_KEYS = ("steps", "topk", "draft_tokens", "tp", "profile_every", "port", "nnodes")
-_BOOL_KEYS = ("no_spec", "profile", "sglang_check")
-_STR_KEYS = ("model", "draft", "adaptive", "algorithm", "nccl", "profile_mode", "profile_out", "aux_layers",
-             "host", "log", "name", "description", "dist_init_addr", "python", "server_module")
-_VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
-def expand(value: str) -> str:
-    """``${VAR}`` / ``${VAR:-default}`` and a leading ``~`` (presets name machine-local paths)."""
-    def sub(m: re.Match[str]) -> str:
-        v = os.environ.get(m.group(1))
-        if v:
-            return v
-        if m.group(2) is not None:
-            return m.group(2)
-        raise UserError(f"preset value {value!r} needs ${m.group(1)} set (or a ${{VAR:-default}})", 2)
-
-    out = _VAR_RE.sub(sub, value)
-    return os.path.expanduser(out)
-
-
-def preset_dirs() -> list[Path]:
-    dirs = []
-    from .settings import PRESETS
-
-    if PRESETS.get():
-        dirs.append(PRESETS.get())
-    dirs.append(REPO_LAUNCH_DIR)
-    return dirs
-
-
-def list_presets() -> dict[str, Path]:
-    """name -> file of every launch preset (``nccl.yaml`` is NCCL's own and not a launch preset)."""
-    found: dict[str, Path] = {}
-    for d in reversed(preset_dirs()):
-        for f in sorted(d.glob("*.yaml")):
-            if f.name != "nccl.yaml":
-                found[f.stem] = f
-    return found
-
-
-def _find_preset(path_or_name: str) -> Path:
-    p = Path(path_or_name).expanduser()
-    if p.is_file():
-        return p
-    if p.suffix in (".yaml", ".yml") or os.sep in path_or_name:
-        raise UserError(f"preset file {p}: not found", 2)
-    presets = list_presets()
-    if path_or_name in presets:
-        return presets[path_or_name]
-    raise UserError(f"unknown preset {path_or_name!r}; known: {', '.join(sorted(presets)) or 'none'} "
-                    f"(or give a .yaml path)", 2)
-
-
-def config_from_mapping(data: dict[str, Any], origin: str = "preset") -> LaunchConfig:
-    """A LaunchConfig from preset-style keys; UserError(2) for unknown keys or wrong types."""
-    kwargs: dict[str, Any] = {}
-    for raw_key, value in data.items():
-        key = str(raw_key).replace("-", "_")
-        if key not in FIELDS:
-            raise UserError(f"{origin}: unknown key {raw_key!r}; known keys: {', '.join(sorted(FIELDS))}", 2)
-        if value is None:
-            continue
-        if key == "aux_layers" and isinstance(value, list):
-            value = ",".join(str(v) for v in value)
-        if key in _INT_KEYS:
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise UserError(f"{origin}: {raw_key} must be an integer, got {value!r}", 2)
-        elif key in _BOOL_KEYS:
-            if not isinstance(value, bool):
-                raise UserError(f"{origin}: {raw_key} must be true or false, got {value!r}", 2)
-        elif key == "timeout":
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise UserError(f"{origin}: timeout must be seconds, got {value!r}", 2)
-            value = float(value)
-        elif key == "extra_args":
-            if isinstance(value, str):
-                value = value.split()
-            if not isinstance(value, list) or not all(isinstance(v, (str, int, float)) for v in value):
-                raise UserError(f"{origin}: extra_args must be a list of strings", 2)
-            value = [expand(str(v)) for v in value]
-        elif key == "env":
-            if not isinstance(value, dict):
-                raise UserError(f"{origin}: env must be a mapping NAME: value", 2)
-            value = {str(k): expand(str(v)) for k, v in value.items()}
-        elif key in _STR_KEYS:
-            if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-                raise UserError(f"{origin}: {raw_key} must be a string, got {value!r}", 2)
-            value = (expand(str(value)) if key in ("model", "draft", "adaptive", "log", "profile_out", "python")
-                     else str(value))
-        kwargs[key] = value
-    return LaunchConfig(**kwargs)
-
-
-def load_preset(path_or_name: str) -> LaunchConfig:
-    """Read ``launch/<name>.yaml`` (or any YAML file); UserError(2) if malformed or unknown keys."""
-    path = _find_preset(path_or_name)
-    try:
-        data = yaml.safe_load(path.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise UserError(f"preset {path}: not a text file (byte {exc.start} is not UTF-8)", 2) from None
-    except OSError as exc:
-        raise UserError(f"preset {path}: cannot read it ({exc.strerror})", 2) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise UserError(f"preset {path}{where}: malformed YAML ({problem})", 2) from exc
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise UserError(f"preset {path}: expected a mapping of keys, got {type(data).__name__}", 2)
-    cfg = config_from_mapping(data, origin=f"preset {path}")
-    if cfg.name is None:
-        cfg.name = path.stem
-    return cfg
-
-
-def override(cfg: LaunchConfig, **values: Any) -> LaunchConfig:
-    """CLI values win over preset values; ``None`` means "not given"."""
-    changes = {k: v for k, v in values.items() if v is not None}
-    unknown = set(changes) - set(FIELDS)
-    if unknown:
-        raise UserError(f"unknown launch setting(s): {', '.join(sorted(unknown))}", 2)
-    if changes.get("no_spec"):
-        # --no-spec on top of a speculative preset drops the preset's spec values.
-        for k in ("draft", "steps", "topk", "draft_tokens", "algorithm"):
-            if k not in changes:
-                changes[k] = None
-    elif any(k in changes for k in ("steps", "topk", "draft_tokens", "draft")) and "no_spec" not in changes:
-        changes["no_spec"] = False
-    if changes.get("adaptive"):
-        # --adaptive decides the start steps (flags.apply_adaptive); a preset's static spec values
-        # (e.g. topk 4) would contradict it. Values given with --adaptive itself are kept.
-        for k in ("steps", "topk", "draft_tokens"):
-            changes.setdefault(k, None)
-        changes.setdefault("no_spec", False)
-    return dataclasses.replace(cfg, **changes)
-
-
-# --------------------------------------------------------------------------------------------
-# argv + env
-# --------------------------------------------------------------------------------------------
-
-def build_command(cfg: LaunchConfig, *, node_rank: int | None = None,
-                  environ: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
-    """The exact argv (a list) and the env variables the wrapper adds to the user's env.
-
-    NCCL preset values never override a variable already set in ``environ`` (default os.environ);
-    ``cfg.env`` (set explicitly in a preset) wins over both.
-    """
-    from . import flags
-
-    environ = dict(os.environ if environ is None else environ)
-    argv = [cfg.python or sys.executable, "-m", cfg.server_module, "--model-path", str(cfg.model)]
-    if not cfg.no_spec:
-        argv += ["--speculative-algorithm", flags.normalise_algorithm(cfg.algorithm)]
-        if cfg.draft:
-            argv += ["--speculative-draft-model-path", str(cfg.draft)]
-        if cfg.steps is not None:
-            argv += ["--speculative-num-steps", str(cfg.steps)]
-        if cfg.topk is not None:
-            argv += ["--speculative-eagle-topk", str(cfg.topk)]
-        if cfg.draft_tokens is not None:
-            argv += ["--speculative-num-draft-tokens", str(cfg.draft_tokens)]
-        if cfg.adaptive:
-            argv += ["--speculative-adaptive", "--speculative-adaptive-config",
-                     str(Path(cfg.adaptive).expanduser().absolute())]
-    if cfg.tp is not None and cfg.tp != 1:
-        argv += ["--tp-size", str(cfg.tp)]
-    if cfg.nnodes > 1:
-        argv += ["--nnodes", str(cfg.nnodes), "--node-rank", str(node_rank or 0),
-                 "--dist-init-addr", str(cfg.dist_init_addr)]
-    argv += ["--host", cfg.host, "--port", str(cfg.port)]
-    argv += [str(a) for a in cfg.extra_args]
-
-    env: dict[str, str] = {}
-    nccl = (cfg.nccl or "none").strip()
-    if nccl != "none":
-        from . import nccl as nccl_mod
-
-        for k, v in nccl_mod.preset_env(nccl).items():
-            if k not in environ:  # the user's own value wins (same rule as nccl.apply_preset)
-                env[k] = v
-        # The plugin (0.5.11+) re-applies the preset inside every SGLang process.
-        env[NCCL.name] = nccl
-    if cfg.profile:
-        env[PROFILE.name] = "1"
-        if cfg.profile_every is not None:
-            env[PROFILE_EVERY.name] = str(cfg.profile_every)
-        if cfg.profile_mode:
-            env[PROFILE_MODE.name] = cfg.profile_mode
-        if cfg.profile_out:
-            env[PROFILE_OUT.name] = str(Path(cfg.profile_out).expanduser().absolute())
-        spec = cfg.spec_string()
-        if spec:
-            env[PROFILE_SPEC.name] = spec
-    if cfg.aux_layers:
-        from .layers import format_layers, parse_layers  # the one parser; normalised spelling
-
-        env[AUX_LAYERS.name] = format_layers(parse_layers(str(cfg.aux_layers)))
-    env.update(cfg.env)
-    return argv, env
-
-
-def node_commands(cfg: LaunchConfig, environ: dict[str, str] | None = None
-                  ) -> list[tuple[list[str], dict[str, str]]]:
-    """One (argv, env) per node for ``--nnodes N`` (same env everywhere, only --node-rank differs)."""
-    return [build_command(cfg, node_rank=r, environ=environ) for r in range(cfg.nnodes)]
 
 
 # --------------------------------------------------------------------------------------------

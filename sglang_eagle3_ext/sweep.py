@@ -184,14 +184,14 @@ def load_spec(path: str | Path) -> SweepSpec:
 
 
 def launch_config(spec: SweepSpec, c: ConfigSpec, cdir: Path) -> Any:
-    """The server.LaunchConfig of one config (preset, then the sweep's launch keys, then the cell)."""
-    from . import server
+    """The LaunchConfig of one config (preset, then the sweep's launch keys, then the cell)."""
+    from . import launch_config as lcfg
 
-    base = server.load_preset(spec.preset) if spec.preset else server.LaunchConfig()
+    base = lcfg.load_preset(spec.preset) if spec.preset else lcfg.LaunchConfig()
     if spec.launch:
-        given = server.config_from_mapping(spec.launch, f"{spec.path}: launch")
+        given = lcfg.config_from_mapping(spec.launch, f"{spec.path}: launch")
         keys = {str(k).replace("-", "_") for k in spec.launch}
-        base = server.override(base, **{k: getattr(given, k) for k in keys})
+        base = lcfg.override(base, **{k: getattr(given, k) for k in keys})
     extra = list(base.extra_args)
     if not c.custom_all_reduce and "--disable-custom-all-reduce" not in extra:
         extra.append("--disable-custom-all-reduce")
@@ -207,7 +207,7 @@ def launch_config(spec: SweepSpec, c: ConfigSpec, cdir: Path) -> Any:
         if spec.profile:  # profile settings without profiling are an input error for launch
             fields.update(profile_out=str(cdir / "prof.jsonl"), profile_every=spec.profile_every,
                           profile_mode=spec.profile_mode)
-    return server.override(base, **fields)
+    return lcfg.override(base, **fields)
 
 
 def default_factory(cfg: Any, sglang_root: str | None) -> Any:

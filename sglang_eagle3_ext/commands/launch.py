@@ -21,42 +21,42 @@ Everything after `--` goes to SGLang unchanged (after the same checks).
 """
 
 
+# Options of this command only (not launch settings), placed after the field they follow in --help.
+_COMMAND_OPTIONS: dict[str, list[tuple[str, dict]]] = {
+    "timeout": [
+        ("--detach", {"action": "store_true", "help": "leave it running; write a pid file for `stop`"}),
+        ("--pid-file", {"metavar": "FILE", "help": "pid file for --detach (default ~/.cache/...)"}),
+    ],
+    "dist_init_addr": [
+        ("--dry-run", {"action": "store_true", "help": "print argv and env additions; start nothing"}),
+    ],
+}
+_TYPES = {"int": int, "float": float}
+
+
 def _add_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("model and speculation")
-    g.add_argument("--model", metavar="PATH", help="target model folder (holds config.json)")
-    g.add_argument("--draft", metavar="PATH", help="draft model folder (EAGLE-3 draft for EAGLE3)")
-    g.add_argument("--algorithm", metavar="ALGO", help="EAGLE3 (default) or EAGLE (NEXTN = EAGLE)")
-    g.add_argument("--steps", type=int, help="--speculative-num-steps")
-    g.add_argument("--topk", type=int, help="--speculative-eagle-topk")
-    g.add_argument("--draft-tokens", type=int, help="--speculative-num-draft-tokens")
-    g.add_argument("--adaptive", metavar="FILE",
-                   help="SGLang adaptive speculation (0.5.12+, topk 1) with this tier config "
-                        "(sgl-eagle3 adaptive write); --steps/--draft-tokens are set from it")
-    g.add_argument("--no-spec", action="store_true", default=None, help="plain decoding (a baseline)")
-    g.add_argument("--tp", type=int, help="tensor parallel size")
-    g.add_argument("--aux-layers", metavar="LAYERS",
-                   help="target layers feeding the EAGLE-3 draft: outputs of decoder layers, 0-based "
-                        "(e.g. 2,30,58; 'emb' = embedding) -> SGLANG_EAGLE3_AUX_LAYERS")
-    g = p.add_argument_group("environment and profiling")
-    g.add_argument("--nccl", metavar="PRESET", help="NCCL preset from launch/nccl.yaml, or none")
-    g.add_argument("--profile", action="store_true", default=None, help="EAGLE3_PROFILE=1 (probes on)")
-    g.add_argument("--profile-every", type=int, metavar="N", help="cycles per profile window")
-    g.add_argument("--profile-mode", metavar="MODE", help="events | wall | sync")
-    g.add_argument("--profile-out", metavar="FILE", help="JSONL file for window records")
-    g = p.add_argument_group("process")
-    g.add_argument("--host", help="HTTP host (default 127.0.0.1)")
-    g.add_argument("--port", type=int, help="HTTP port (default 30000)")
-    g.add_argument("--log", metavar="FILE", help="server log file (default ./sgl-eagle3-logs/...)")
-    g.add_argument("--timeout", type=float, metavar="S", help="seconds to wait for health (default 1800)")
-    g.add_argument("--detach", action="store_true", help="leave it running; write a pid file for `stop`")
-    g.add_argument("--pid-file", metavar="FILE", help="pid file for --detach (default ~/.cache/...)")
-    g.add_argument("--nnodes", type=int, help="multi-node: print the command for every node")
-    g.add_argument("--dist-init-addr", metavar="HOST:PORT", help="node 0's address (multi-node)")
-    g.add_argument("--dry-run", action="store_true", help="print argv and env additions; start nothing")
-    g.add_argument("--no-sglang-check", action="store_true",
-                   help="skip SGLang's own argument resolution/check (a child Python, ~10 s)")
-    g.add_argument("--python", metavar="EXE", help="Python that runs SGLang (default: this one)")
-    g.add_argument("--server-module", help=argparse.SUPPRESS)
+    """One option per LaunchConfig field with CLI metadata (launch_config.py), grouped as there."""
+    from ..launch_config import CLI_FIELDS, GROUPS, value_kind
+
+    for group in GROUPS:
+        g = p.add_argument_group(group)
+        for f in CLI_FIELDS:
+            if f.metadata["group"] != group:
+                continue
+            m = f.metadata
+            kind = value_kind(f)
+            kwargs: dict = {"help": argparse.SUPPRESS if m["hidden"] else m["help"]}
+            if kind == "bool":
+                # store_true with default None: "not given" must not override a preset's value.
+                kwargs.update(action="store_true", default=None)
+            else:
+                if kind in _TYPES:
+                    kwargs["type"] = _TYPES[kind]
+                if m["metavar"]:
+                    kwargs["metavar"] = m["metavar"]
+            g.add_argument(m["cli"], **kwargs)
+            for flag, extra in _COMMAND_OPTIONS.get(f.name, []):
+                g.add_argument(flag, **extra)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -86,19 +86,11 @@ def _split_words(args: argparse.Namespace) -> tuple[str | None, list[str]]:
 
 
 def build_config(args: argparse.Namespace):
-    from .. import server
+    from .. import launch_config
 
     preset, extra = _split_words(args)
-    cfg = server.load_preset(preset) if preset else server.LaunchConfig()
-    cfg = server.override(
-        cfg, model=args.model, draft=args.draft, algorithm=args.algorithm, steps=args.steps,
-        topk=args.topk, draft_tokens=args.draft_tokens, adaptive=args.adaptive, no_spec=args.no_spec, tp=args.tp,
-        nccl=args.nccl, profile=args.profile, profile_every=args.profile_every,
-        profile_mode=args.profile_mode, profile_out=args.profile_out, aux_layers=args.aux_layers,
-        host=args.host, port=args.port, log=args.log, timeout=args.timeout, nnodes=args.nnodes,
-        dist_init_addr=args.dist_init_addr, python=args.python, server_module=args.server_module,
-        sglang_check=False if args.no_sglang_check else None,
-    )
+    cfg = launch_config.load_preset(preset) if preset else launch_config.LaunchConfig()
+    cfg = launch_config.override(cfg, **launch_config.cli_values(args))
     if extra:
         cfg.extra_args = list(cfg.extra_args) + extra
     return cfg
