@@ -62,57 +62,11 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
     return out
 
 
-def _wmedian(pairs: list[tuple[float, float]]) -> float | None:
-    """Weighted median (weights = cycles): the p50 over windows, as RECORDS.md allows."""
-    pairs = sorted((v, w) for v, w in pairs if v is not None and w > 0)
-    total = sum(w for _, w in pairs)
-    if not total:
-        return None
-    acc = 0.0
-    for v, w in pairs:
-        acc += w
-        if acc >= total / 2:
-            return v
-    return pairs[-1][0]
-
-
-def _own_by_batch(records: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
-    """by_batch over windows: sums of counts, cycle-weighted phase means, weighted median p50."""
-    groups: dict[int, list[dict[str, Any]]] = {}
-    for r in records:
-        for k, v in (r.get("by_batch") or {}).items():
-            if isinstance(v, dict):
-                groups.setdefault(int(k), []).append(v)
-    out: dict[int, dict[str, Any]] = {}
-    for bs, parts in sorted(groups.items()):
-        cycles = sum(int(p.get("cycles") or 0) for p in parts)
-        req = sum(int(p.get("requests") or 0) for p in parts)
-        tok = sum(int(p.get("tokens") or 0) for p in parts)
-        phases: dict[str, dict[str, float | None]] = {}
-        for ph in PHASES:
-            rows = [((p.get("phases") or {}).get(ph) or {}, float(p.get("cycles") or 0)) for p in parts]
-            means = [(d.get("mean_ms"), w) for d, w in rows if d.get("mean_ms") is not None and w > 0]
-            if not means:
-                continue
-            wsum = sum(w for _, w in means)
-            phases[ph] = {"mean_ms": sum(v * w for v, w in means) / wsum,
-                          "p50_ms": _wmedian([(d.get("p50_ms"), w) for d, w in rows]),
-                          "p90_ms": _wmedian([(d.get("p90_ms"), w) for d, w in rows])}
-        al = tok / req if req else None
-        cyc = (phases.get("cycle") or {}).get("mean_ms")
-        out[bs] = {"cycles": cycles, "requests": req, "tokens": tok, "accept_len": al, "phases": phases,
-                   "per_stream_tok_s": al * 1000.0 / cyc if al and cyc else None,
-                   "throughput_tok_s": tok * 1000.0 / (cyc * cycles) if cyc and cycles else None}
-    return out
-
-
 def by_batch(records: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
-    """Steady figures per batch size: profile_log.by_batch_summary (the producer's reader) when
-    this build has it, else the same aggregation here."""
+    """Steady figures per batch size, aggregated over windows (profile_log.by_batch_summary)."""
     from . import profile_log
 
-    fn = getattr(profile_log, "by_batch_summary", None)
-    return fn(records) if fn else _own_by_batch(records)
+    return profile_log.by_batch_summary(records)
 
 
 # ------------------------------------------------------------------ fits

@@ -146,15 +146,15 @@ def test_ladder_sweep_tiers_and_adaptive(tmp_path, monkeypatch, capsys):
     assert again["recommendation"] == t["recommendation"]
 
 
-def test_own_by_batch_weights_windows_by_cycles():
+def test_by_batch_weights_windows_by_cycles():
     w1 = {"by_batch": {"4": batch_entry(4, 3, cycles=100)}}
     w2 = {"by_batch": {"4": dict(batch_entry(4, 3, cycles=300),
                                  phases={"cycle": _phase(20.0), "verify": _phase(14.0)})}}
-    bb = tiers._own_by_batch([w1, w2])[4]
+    bb = tiers.by_batch([w1, w2])[4]
     c1 = batch_entry(4, 3)["phases"]["cycle"]["mean_ms"]
     assert bb["cycles"] == 400 and bb["requests"] == 1600
     assert bb["phases"]["cycle"]["mean_ms"] == pytest.approx((c1 * 100 + 20.0 * 300) / 400)
     assert bb["phases"]["cycle"]["p50_ms"] == 20.0            # cycle-weighted median of window p50s
     assert bb["accept_len"] == pytest.approx(2.0)
     # v1 records (no by_batch) give nothing per batch
-    assert tiers._own_by_batch([{"schema": "eagle3_prof/1"}]) == {}
+    assert tiers.by_batch([{"schema": "eagle3_prof/1"}]) == {}
