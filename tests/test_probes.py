@@ -14,24 +14,12 @@ import types
 from pathlib import Path
 
 import pytest
+from scripted import Clock
 
 from sglang_eagle3_ext import probes, profile_log
 from sglang_eagle3_ext.probes import timers
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-class Clock:
-    """Scripted time in seconds; tests advance it between probe calls."""
-
-    def __init__(self) -> None:
-        self.t = 100.0
-
-    def __call__(self) -> float:
-        return self.t
-
-    def ms(self, d: float) -> None:
-        self.t += d / 1000.0
 
 
 @pytest.fixture(autouse=True)

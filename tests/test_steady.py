@@ -11,21 +11,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from scripted import Clock
 
 from sglang_eagle3_ext import probes, profile_log
 from sglang_eagle3_ext.probes import _profiler, timers
 from sglang_eagle3_ext.probes.window import BATCH, EXTEND, IDLE, JOIN, LEAVE, classify
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 100.0
-
-    def __call__(self) -> float:
-        return self.t
-
-    def ms(self, d: float) -> None:
-        self.t += d / 1000.0
 
 
 @pytest.fixture(autouse=True)
