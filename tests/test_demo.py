@@ -55,6 +55,21 @@ def test_dry_run_without_gpu_builds_models_and_changes_nothing(release_copy, tmp
     assert summary["route"] == "source-patch"
 
 
+def test_dry_run_partial_expects_the_chat_request(release_copy, tmp_path, capsys, monkeypatch):
+    """A partial draft: the demo's bench sends one chat prompt, so its prediction is that request's
+    walk (H200, 8B shape, 256 tokens, 3 steps: 3.20 measured), not the cycle average 2.96."""
+    monkeypatch.setattr(demo, "gpu_name", lambda: None)
+    root = release_copy("0.5.16")
+    out = tmp_path / "demo"
+    rc = cli.main(["demo", "--sglang-root", str(root), "--route", "plugin", "--steps", "3",
+                   "--out", str(out), "--acceptance", "0.8", "--max-tokens", "256"])
+    capsys.readouterr()
+    assert rc == 0
+    summary = json.loads((out / "demo.json").read_text())
+    assert summary["expected_accept_len"] == 3.2
+    assert summary["expected_accept_len_average"] == 2.955
+
+
 def test_auto_route_prefers_plugin(release_copy, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(demo, "gpu_name", lambda: "Fake GPU")
     root = release_copy("0.5.16")

@@ -113,8 +113,19 @@ def run(args: argparse.Namespace) -> int:
                   + (f", config ids {info['aux_config_ids']}" if "aux_config_ids" in info else "") + ")",
                   highlight=False)
         exp = d["expected_accept_len"]
-        out.print(("  " if multi else "") + "expected accept length (incl. bonus), greedy, topk 1: "
+        ind = "  " if multi else ""
+        out.print(ind + "expected accept length (incl. bonus), greedy, topk 1, over many prompts: "
                   + ", ".join(f"{s} steps {exp[s]:.2f}" for s in ("1", "2", "3", "4")), highlight=False)
+        if "expected_accept_len_chat" in d:  # every chat prompt ends alike: one fixed walk
+            for tokens, chat in d["expected_accept_len_chat"].items():
+                out.print(ind + f"  one chat request of {tokens} tokens (any chat prompt): "
+                          + ", ".join(f"{s} steps {chat[s]:.2f}" for s in ("1", "2", "3", "4")),
+                          highlight=False)
+            for tokens, rng in d["request_range"].items():
+                lo, hi = rng["3"]
+                out.print(ind + f"  one request of {tokens} tokens lands in {lo:.2f}..{hi:.2f} at 3 steps, "
+                          "by its prompt's last token (docs/tiny.md, measured vs expected)",
+                          highlight=False)
         if "per_position" in d:
             out.print(("  " if multi else "") + "per-position acceptance at 4 steps: "
                       + ", ".join(f"{r:.2f}" for r in d["per_position"]["4"])

@@ -21,7 +21,16 @@ from .construct import READOUT_MARGIN, simulate_accept  # noqa: F401 - public
 from .gen import Gen, pick_device
 from .shapes import SHAPES, TINY, Shape, get_shape  # noqa: F401 - public
 from .store import ShardWriter
-from .tokenizer import CHAT_TEMPLATE, EOS, MAX_POS, PAD, SPECIALS, VOCAB, build_tokenizer  # noqa: F401
+from .tokenizer import (  # noqa: F401
+    CHAT_TEMPLATE,
+    EOS,
+    MAX_POS,
+    PAD,
+    SPECIALS,
+    VOCAB,
+    build_tokenizer,
+    chat_last_token,
+)
 
 Acceptance = Literal["oracle", "random"] | float
 
@@ -172,6 +181,7 @@ def build(out_dir: str | Path, acceptance: Acceptance | str | list = "oracle", s
     draft_dirs = {lab: out / (f"draft-{lab}" if multi else "draft") for lab in labels}
     # SGLang reads the target's tokenizer; the copies keep each draft folder self-contained.
     special = build_tokenizer(target, *draft_dirs.values())
+    chat_last = chat_last_token(target)  # every chat request's walk starts at f(chat_last)
 
     gen = Gen.create(seed, dev)
     # +-1 embeddings: every token has the same RMS, which the partial construction relies on.
@@ -257,7 +267,7 @@ def build(out_dir: str | Path, acceptance: Acceptance | str | list = "oracle", s
             draft.make_partial(s, dw, embed_tok, code_dims, g_map)
             if plan is not None:
                 wiring.draft_fc(plan, dw["fc.weight"], gen)
-            d_info.update(construct.partial_info(f_map, g_map, s.draft_vocab))
+            d_info.update(construct.partial_info(f_map, g_map, s.draft_vocab, chat_last))
             maps_g[lab] = g_map
         dwr = ShardWriter(draft_dirs[lab])
         for k, v in dw.items():
@@ -276,7 +286,8 @@ def build(out_dir: str | Path, acceptance: Acceptance | str | list = "oracle", s
     if accs[0] == "oracle":
         info["greedy_token"] = 0
     if partial:
-        for key in ("agree_fraction", "agree_fraction_hot", "per_position"):
+        for key in ("agree_fraction", "agree_fraction_hot", "per_position", "chat_last_token",
+                    "expected_accept_len_chat", "per_position_chat", "request_range"):
             info[key] = first[key]
         info["min_sglang"] = "0.5.12 (draft config norm_output)"
         maps: dict[str, Any] = {"f": f_map, "g": maps_g[labels[0]]}

@@ -2,7 +2,8 @@
 
 - ``partial_maps``: f (the target's next token) and g (the draft's) over the tokenizer's ids;
 - ``readout``: a linear layer whose argmax over given inputs is given labels, by a margin in bf16;
-- ``simulate_accept``: greedy speculative decoding with the maps, for the expected accept length.
+- ``simulate_accept``: greedy speculative decoding with the maps, for the expected accept length;
+- ``simulate_request``: one request as SGLang serves and counts it (a walk segment, see below).
 """
 
 from __future__ import annotations
@@ -122,8 +123,62 @@ def simulate_accept(f: list[int], g: list[int], steps: int, cycles: int = 4000,
     return total / cycles, rates
 
 
-def partial_info(f: list[int], g: list[int], draft_vocab: int) -> dict[str, Any]:
-    """tiny.json fields of one partial draft: agreement and expected accept length per steps."""
+REQUEST_TOKENS = (256, 1000)  # request lengths tiny.json gives the chat expectation for (bench: 1000)
+
+
+def simulate_request(f: list[int], g: list[int], steps: int, last_prompt_token: int,
+                     max_tokens: int) -> tuple[float, list[float], list[int]]:
+    """One greedy request, topk 1, counted the way SGLang counts it.
+
+    The target's next token depends on the last token only, so a request is one fixed segment of
+    the walk on the hot cycle: the prefill emits f(last prompt token), then each verify emits its
+    accepted drafts + the bonus, the last one cut at ``max_tokens``. Accept length = completion
+    tokens / verify calls (SGLang's spec_verify_ct). Returns (accept length, per-position
+    conditional rates, histogram of accepted drafts per verify).
+    """
+    x = f[last_prompt_token]
+    done, verifies = 1, 0
+    hist = [0] * (steps + 1)
+    reached, accepted = [0] * steps, [0] * steps
+    while done < max_tokens:
+        d, t, n = x, x, 0
+        for k in range(steps):
+            d, t_next = g[d], f[t]
+            reached[k] += 1
+            t = t_next
+            if d != t_next:
+                break
+            accepted[k] += 1
+            n += 1
+        else:
+            t = f[t]  # bonus token after all drafts accepted
+        hist[n] += 1
+        verifies += 1
+        done += n + 1
+        x = t
+    rates = [a / r if r else 0.0 for a, r in zip(accepted, reached, strict=True)]
+    return max_tokens / verifies, rates, hist
+
+
+def request_spread(f: list[int], g: list[int], steps: int, max_tokens: int,
+                   draft_vocab: int) -> tuple[float, float]:
+    """(min, max) accept length of one request over every start on the hot cycle."""
+    vals = []
+    for x in range(cycle_len(draft_vocab)):
+        # a prompt whose last token is t starts the walk at f(t); start at x itself
+        vals.append(simulate_request(f, g, steps, f.index(x), max_tokens)[0])
+    return min(vals), max(vals)
+
+
+def partial_info(f: list[int], g: list[int], draft_vocab: int,
+                 chat_last_token: int | None = None) -> dict[str, Any]:
+    """tiny.json fields of one partial draft: agreement and expected accept length per steps.
+
+    ``expected_accept_len`` is the average over the whole hot cycle (many requests from many
+    different prompt endings). With ``chat_last_token`` (the last id of the chat template's
+    generation prompt, the same for every chat prompt) also what one chat request of each
+    REQUEST_TOKENS length measures: every chat request walks the same segment of the cycle.
+    """
     n = cycle_len(draft_vocab)
     info: dict[str, Any] = {
         "agree_fraction": sum(a == b for a, b in zip(f, g, strict=True)) / len(f),
@@ -133,4 +188,20 @@ def partial_info(f: list[int], g: list[int], draft_vocab: int) -> dict[str, Any]
         alen, rates = simulate_accept(f, g, s)
         info["expected_accept_len"][str(s)] = round(alen, 4)
         info["per_position"][str(s)] = [round(r, 4) for r in rates]
+    if chat_last_token is not None:
+        info["chat_last_token"] = chat_last_token
+        info["expected_accept_len_chat"] = {}
+        info["per_position_chat"] = {}
+        for tokens in REQUEST_TOKENS:
+            alen_by, pos_by = {}, {}
+            for s in range(1, 9):
+                alen, rates, _ = simulate_request(f, g, s, chat_last_token, tokens)
+                alen_by[str(s)] = round(alen, 4)
+                pos_by[str(s)] = [round(r, 4) for r in rates]
+            info["expected_accept_len_chat"][str(tokens)] = alen_by
+            info["per_position_chat"][str(tokens)] = pos_by
+        # where one request of REQUEST_TOKENS[0] tokens can land, by its prompt's last token
+        info["request_range"] = {str(REQUEST_TOKENS[0]): {
+            str(s): [round(v, 4) for v in request_spread(f, g, s, REQUEST_TOKENS[0], draft_vocab)]
+            for s in range(1, 9)}}
     return info

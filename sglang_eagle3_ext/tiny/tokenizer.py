@@ -59,3 +59,10 @@ def build_tokenizer(*outs: Path) -> dict[str, int]:
     if min(ids.values()) != VOCAB - len(SPECIALS):
         raise UserError(f"special token ids not at the end of the vocab: {ids}")
     return ids
+
+
+def chat_last_token(folder: Path) -> int:
+    """Last id of every chat prompt: the template ends each one with ``<|assistant|>\\n``."""
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(folder / "tokenizer.json")).encode("<|assistant|>\n").ids[-1]
