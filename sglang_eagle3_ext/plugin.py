@@ -4,8 +4,10 @@
 Inert unless asked: with none of ``EAGLE3_PROFILE=1``, ``SGLANG_EAGLE3_NCCL``,
 ``SGLANG_EAGLE3_AUX_LAYERS`` set, ``register()`` returns at once (no hook, no env change).
 
-Hook targets are read from the installed release's source (stdlib ``ast``, no import), never
-assumed: a release that lacks a method simply gets no hook for it, and says so. SGLang's
+Probe hook targets are compiled from the same ``patches/*.yaml`` entries the source patcher
+selects for the installed tree (one probe map for both routes), and each is checked in that
+release's source (stdlib ``ast``, no import): a release that lacks a method gets no hook for it,
+and says so. SGLang's
 ``HookRegistry`` only logs a target it cannot resolve, so after SGLang applies the hooks we check
 each one we asked for and name every one that is missing (see ``_verify``). docs/plugin.md.
 """
@@ -96,6 +98,7 @@ class Hook:
     family: str  # "v2", "v1", "aux", "nccl"
     target: str
     detail: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+    entry: str = field(default="", compare=False)  # the patches/*.yaml entry it was compiled from
 
 
 @dataclass
@@ -138,26 +141,10 @@ class _Source:
         return ".".join((self.module, *parts))
 
 
-def decode_rule(fn: ast.FunctionDef) -> dict[str, str] | None:
-    """How ``forward_batch_generation`` picks its decode branch, from its first top-level ``if``:
-    ``not_extend`` (0.5.4+: ``if X.forward_mode.is_extend() or X.is_extend_in_batch: prefill
-    else: decode``) or ``is_decode`` (V1a, V2 0.5.3-0.5.5). None: unknown shape, no cycle hook."""
-    args = [a.arg for a in fn.args.args]
-    arg = args[1] if len(args) > 1 else ""
-    for node in fn.body:
-        if isinstance(node, ast.If):
-            test = ast.unparse(node.test)
-            if f"{arg}.forward_mode.is_decode()" in test and " or " not in test:
-                return {"rule": "is_decode", "arg": arg}
-            if f"{arg}.forward_mode.is_extend()" in test:
-                in_batch = "true" if f"{arg}.is_extend_in_batch" in test else "false"
-                return {"rule": "not_extend", "arg": arg, "extend_in_batch": in_batch}
-            return None
-    return None
-
-
 def plan_hooks(env: SGLangEnv, *, profile: bool, aux: bool, nccl_preset: bool) -> Plan:
-    """The hooks this release needs for the requested switches, derived from its source."""
+    """The hooks this release needs for the requested switches. Probe hooks are compiled from the
+    patch specs the source patcher selects for this tree (``patches/*.yaml``: one probe map for
+    both routes), each checked against the release's source."""
     plan = Plan(version=env.version)
     if not env.has_plugins:
         if profile or aux or nccl_preset:
@@ -166,8 +153,7 @@ def plan_hooks(env: SGLangEnv, *, profile: bool, aux: bool, nccl_preset: bool) -
                 "`sgl-eagle3 patch apply` for probes/aux layers and `sgl-eagle3 launch --nccl` for NCCL")
         return plan
     if profile:
-        _plan_v2(env, plan)
-        _plan_v1(env, plan)
+        _plan_probes(env, plan)
         if not any(h.role == "cycle" for h in plan.hooks):
             plan.problems.append("no EAGLE worker with a known decode branch: probes cannot record")
     if aux:
@@ -181,54 +167,97 @@ def plan_hooks(env: SGLangEnv, *, profile: bool, aux: bool, nccl_preset: bool) -
     return plan
 
 
-def _plan_v2(env: SGLangEnv, plan: Plan) -> None:
-    src = _Source(env, V2_FILE)
+def probe_entries(env: SGLangEnv) -> list[Any]:
+    """The probe and accept specs the source patcher would apply to this tree (its own loader and
+    selection; aux-layer specs need an option and stay out). Imported here, not at module level:
+    the spec loader needs PyYAML, and this module imports only the standard library."""
+    from .patcher.spec import load_specs, select
+
+    return [p for p in select(load_specs(), env, only=None, options={})
+            if p.kind == "decode-probes" or p.accept_hook]
+
+
+_FAMILY_ORDER = ("v2", "v1")
+_ROLE_ORDER = ("cycle", "draft", "verify", "extend", "accept")
+
+
+def _route_family(patch: Any) -> str:
+    """"v1" / "v2" from the spec's worker families (V1c -> v1, V2-beta / V2a -> v2)."""
+    return patch.family[0][:2].lower() if patch.family else "?"
+
+
+def _plan_probes(env: SGLangEnv, plan: Plan) -> None:
+    hooks: list[Hook] = []
+    for patch in probe_entries(env):
+        src = _Source(env, patch.file)
+        if patch.kind == "decode-probes":
+            hooks += _compile_cycle(env, patch, src, plan)
+        else:
+            hooks += _compile_accept(patch, src, plan)
+    hooks.sort(key=lambda h: (_FAMILY_ORDER.index(h.family), _ROLE_ORDER.index(h.role)))
+    plan.hooks += hooks
+
+
+def _compile_cycle(env: SGLangEnv, patch: Any, src: _Source, plan: Plan) -> list[Hook]:
+    """The entry method = the cycle hook; each anchor's ``hook`` = that phase's target."""
+    fam, where = _route_family(patch), f"{patch.name} ({patch.source})"
     if src.tree is None:
-        return
-    entry = src.method("EAGLEWorkerV2", "forward_batch_generation")
-    rule = decode_rule(entry) if entry else None
+        return []
+    name = next((m for m in patch.method if src.method(patch.cls, m)), None)
+    entry = src.method(patch.cls, name) if name else None
+    rule = decode_rule(entry, patch.decode_branch) if entry else None
     if rule is None:
-        plan.problems.append(f"V2: cannot tell the decode branch of {src.target('EAGLEWorkerV2.forward_batch_generation')}")
-        return
-    plan.hooks.append(Hook("cycle", "v2", src.target("EAGLEWorkerV2", "forward_batch_generation"), rule))
-    for role, cls, name in (("draft", "EagleDraftWorker", "draft"), ("verify", "EAGLEWorkerV2", "verify"),
-                            ("extend", "EagleDraftWorker", "_draft_extend_for_decode")):
-        if src.method(cls, name):
-            plan.hooks.append(Hook(role, "v2", src.target(cls, name)))
-        else:
-            plan.problems.append(f"V2: {src.target(cls, name)} not in this release: no {role} phase")
-    base = _Source(env, "srt/speculative/base_spec_worker.py")
-    if src.method("EAGLEWorkerV2", "on_verify_complete_cpu") or base.method("BaseSpecWorker", "on_verify_complete_cpu"):
-        plan.hooks.append(Hook("accept", "v2", src.target("EAGLEWorkerV2", "on_verify_complete_cpu"),
-                               {"source": "num_correct_drafts_per_req (CPU, bonus excluded)"}))
-        return
-    # 0.5.11: no on_verify_complete_cpu yet; the scheduler turns accept_lens into per-request
-    # accepted drafts on the CPU in _resolve_spec_overlap_token_ids (no extra sync).
-    mix = _Source(env, "srt/managers/scheduler_output_processor_mixin.py")
-    for name in ("_resolve_spec_overlap_token_ids", "_resolve_spec_overlap_tokens"):
-        if mix.method("SchedulerOutputProcessorMixin", name):
-            plan.hooks.append(Hook("accept", "v2", mix.target("SchedulerOutputProcessorMixin", name),
-                                   {"source": "result.num_accepted_drafts_per_req_cpu (bonus excluded)"}))
-            return
-    plan.problems.append("V2: no CPU-side accept count hook in this release: accept length unmeasured")
+        plan.problems.append(f"{fam.upper()}: cannot tell the decode branch of "
+                             f"{src.target(patch.cls, '/'.join(patch.method))} ({where})")
+        return []
+    hooks = [Hook("cycle", fam, src.target(patch.cls, name), rule, patch.name)]
+    for anc in patch.anchors:
+        if not anc.hook:
+            plan.problems.append(f"{where}: anchor {anc.phase} has no plugin `hook`")
+            continue
+        cls, meth = anc.hook.split(".")
+        if not src.method(cls, meth):
+            plan.problems.append(f"{fam.upper()}: {src.target(cls, meth)} not in this release: no {anc.phase} phase")
+            continue
+        detail = {}
+        if anc.phase == "verify" and patch.accept:  # V1: accepts come back from verify itself
+            detail = {"accept": "from the verify return (bonus excluded)",
+                      "field": patch.accept_field(env.version) or ""}
+        hooks.append(Hook(anc.phase, fam, src.target(cls, meth), detail, patch.name))
+    return hooks
 
 
-def _plan_v1(env: SGLangEnv, plan: Plan) -> None:
-    src = _Source(env, V1_FILE)
-    entry = src.method("EAGLEWorker", "forward_batch_generation")
-    if src.tree is None or entry is None:
-        return
-    rule = decode_rule(entry)
-    if rule is None:
-        plan.problems.append(f"V1: cannot tell the decode branch of {src.target('EAGLEWorker.forward_batch_generation')}")
-        return
-    plan.hooks.append(Hook("cycle", "v1", src.target("EAGLEWorker", "forward_batch_generation"), rule))
-    for role, name in (("draft", "draft"), ("verify", "verify"), ("extend", "forward_draft_extend_after_decode")):
-        if src.method("EAGLEWorker", name):
-            detail = {"accept": "from the verify return (bonus excluded)"} if role == "verify" else {}
-            plan.hooks.append(Hook(role, "v1", src.target("EAGLEWorker", name), detail))
-        else:
-            plan.problems.append(f"V1: {src.target('EAGLEWorker', name)} not in this release: no {role} phase")
+def _compile_accept(patch: Any, src: _Source, plan: Plan) -> list[Hook]:
+    spec = patch.accept_hook
+    fam = _route_family(patch)
+    cls, meth = spec["hook"].split(".")
+    if not src.method(cls, meth):
+        plan.problems.append(f"{fam.upper()}: {src.target(cls, meth)} not in this release ({patch.name}): "
+                             "accept length unmeasured")
+        return []
+    detail = {"source": spec["source"], "read": spec["read"], "fields": ",".join(spec.get("fields") or ())}
+    return [Hook("accept", fam, src.target(cls, meth), detail, patch.name)]
+
+
+def decode_rule(fn: ast.FunctionDef, branch: tuple[dict[str, str], ...] = ()) -> dict[str, str] | None:
+    """How the entry method picks its decode branch, from its first top-level ``if``, one of the
+    spec's ``decode_branch`` alternatives (empty: either): ``else_of: forward_mode.is_extend`` ->
+    ``not_extend`` (``if X.forward_mode.is_extend() or X.is_extend_in_batch: prefill else: decode``),
+    ``if: forward_mode.is_decode`` -> ``is_decode``. None: no alternative matches, no cycle hook."""
+    allowed = {("is_decode" if b.get("if") == "forward_mode.is_decode" else "not_extend") for b in branch} \
+        or {"is_decode", "not_extend"}
+    args = [a.arg for a in fn.args.args]
+    arg = args[1] if len(args) > 1 else ""
+    for node in fn.body:
+        if isinstance(node, ast.If):
+            test = ast.unparse(node.test)
+            if f"{arg}.forward_mode.is_decode()" in test and " or " not in test and "is_decode" in allowed:
+                return {"rule": "is_decode", "arg": arg}
+            if f"{arg}.forward_mode.is_extend()" in test and "not_extend" in allowed:
+                in_batch = "true" if f"{arg}.is_extend_in_batch" in test else "false"
+                return {"rule": "not_extend", "arg": arg, "extend_in_batch": in_batch}
+            return None
+    return None
 
 
 def _plan_aux(env: SGLangEnv, plan: Plan) -> None:
@@ -447,9 +476,12 @@ def _make_hook(hook: Hook) -> Callable[..., Any]:
     if hook.role in ("draft", "extend"):
         return _phase_hook(hook.role)
     if hook.role == "verify":
-        return _verify_v1_hook() if hook.family == "v1" else _phase_hook("verify")
-    if hook.role == "accept":
-        return _accept_v2_hook() if hook.target.endswith("on_verify_complete_cpu") else _accept_sched_hook()
+        field = hook.detail.get("field")  # V1: the verify_output field of this release (v1.yaml)
+        return _verify_v1_hook(field) if field else _phase_hook("verify")
+    if hook.role == "accept":  # accept.yaml accept_hook: read the parameter, or the result's fields
+        if hook.detail.get("read") == "param":
+            return _accept_param_hook()
+        return _accept_result_hook(tuple(f for f in hook.detail.get("fields", "").split(",") if f))
     if hook.role == "aux":
         return _aux_hook(hook.detail["style"])
     if hook.role == "allreduce":
@@ -522,17 +554,16 @@ def _phase_hook(name: str) -> Callable[..., Any]:
     return phase
 
 
-_V1_COUNTS = ("num_correct_drafts_per_req_cpu", "num_accepted_drafts_per_req_cpu", "accept_length_per_req_cpu")
-
-
-def _verify_v1_hook() -> Callable[..., Any]:
+def _verify_v1_hook(field: str) -> Callable[..., Any]:
+    """V1 verify: timed, and the accepted drafts per request read from ``field`` of the returned
+    verify output (the release's name for it, from v1.yaml ``accept.fields``)."""
     timed = _phase_hook("verify")
 
     def verify_v1(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         out = timed(original, *args, **kwargs)
         if _S.depth and isinstance(out, tuple):  # (logits, verify_output, ...) 0.5.11 / 0.5.12
             for item in out:
-                counts = next((getattr(item, n) for n in _V1_COUNTS if getattr(item, n, None) is not None), None)
+                counts = getattr(item, field, None)
                 if counts is not None:
                     _probes().record_accept(list(counts), bonus_included=False)
                     break
@@ -541,7 +572,9 @@ def _verify_v1_hook() -> Callable[..., Any]:
     return verify_v1
 
 
-def _accept_v2_hook() -> Callable[..., Any]:
+def _accept_param_hook() -> Callable[..., Any]:
+    """``read: param``: the method's first argument is the per-request correct-draft list."""
+
     def accept(original: Callable[..., Any], self: Any, num_correct_drafts_per_req: Any, *args: Any, **kwargs: Any) -> Any:
         if num_correct_drafts_per_req:
             _probes().record_accept(list(num_correct_drafts_per_req), bonus_included=False)
@@ -550,12 +583,12 @@ def _accept_v2_hook() -> Callable[..., Any]:
     return accept
 
 
-def _accept_sched_hook() -> Callable[..., Any]:
+def _accept_result_hook(fields: tuple[str, ...]) -> Callable[..., Any]:
+    """``read: result``: after the original, the first of ``fields`` present on its first argument."""
+
     def accept(original: Callable[..., Any], self: Any, result: Any, *args: Any, **kwargs: Any) -> Any:
         out = original(self, result, *args, **kwargs)
-        counts = getattr(result, "num_accepted_drafts_per_req_cpu", None)
-        if counts is None:
-            counts = getattr(result, "num_correct_drafts_per_req_cpu", None)
+        counts = next((getattr(result, f) for f in fields if getattr(result, f, None) is not None), None)
         if counts:
             _probes().record_accept(list(counts), bonus_included=False)
         return out

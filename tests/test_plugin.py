@@ -268,6 +268,73 @@ def test_decode_rule_reads_the_branch_shape():
     assert rule("def f(self, b):\n    if b.forward_mode.is_decode():\n        pass\n") == {"rule": "is_decode", "arg": "b"}
     assert rule("def f(self, b):\n    if b.forward_mode.is_extend():\n        pass\n")["extend_in_batch"] == "false"
     assert rule("def f(self, b):\n    if b.mode == 3:\n        pass\n") is None
+    # the spec's decode_branch alternatives bound what may match
+    assert rule_in("def f(self, b):\n    if b.forward_mode.is_decode():\n        pass\n",
+                   ({"else_of": "forward_mode.is_extend"},)) is None
+    assert rule_in("def f(self, b):\n    if b.forward_mode.is_extend():\n        pass\n",
+                   ({"else_of": "forward_mode.is_extend"},))["rule"] == "not_extend"
+
+
+def rule_in(src: str, branch):
+    import ast
+
+    return plugin.decode_rule(ast.parse(src).body[0], branch)
+
+
+# ------------------------------------------------------------------------------------------------
+# One probe map (patches/*.yaml) for both routes (issue 18)
+
+FROZEN = json.loads((REPO / "tests" / "data" / "plugin_plan_frozen.json").read_text())["releases"]
+
+
+def test_plan_compiled_from_the_yaml_equals_the_frozen_plan_of_the_python_planner(release_root):
+    """Before the plugin compiled its plan from patches/*.yaml, Python (_plan_v2/_plan_v1) derived
+    it; its output per pinned release is frozen in tests/data/plugin_plan_frozen.json. The YAML
+    plan must install the same hooks (family, role, target, in order), with the same cycle rule,
+    aux style and problems."""
+    env = sglang_env.locate(release_root)
+    plan = plugin.plan_hooks(env, profile=True, aux=True, nccl_preset=True)
+    frozen = FROZEN[env.version]
+    assert [(h.family, h.role, h.target) for h in plan.hooks] == \
+        [(h["family"], h["role"], h["target"]) for h in frozen["hooks"]]
+    for new, old in zip(plan.hooks, frozen["hooks"], strict=True):
+        if new.role in ("cycle", "aux"):
+            assert new.detail == old["detail"]
+        if new.role == "accept":
+            assert new.detail["source"] == old["detail"]["source"]
+    assert plan.problems == frozen["problems"] and plan.notes == frozen["notes"]
+
+
+def test_both_routes_compile_from_the_same_yaml_entries(release_root):
+    """Per release: the patcher's own selection picks the entries; every plugin probe hook names
+    one of them, the plugin's phases per worker are that entry's anchors, and the accept hook is
+    compiled from the accept entry the patcher applies (or, for V1, the decode entry's accept)."""
+    from sglang_eagle3_ext.patcher.spec import load_specs, select
+
+    env = sglang_env.locate(release_root)
+    if not env.has_plugins:
+        pytest.skip(f"{env.version}: no plugin route")
+    chosen = {p.name: p for p in select(load_specs(), env, only=None, options={})}
+    plan = plugin.plan_hooks(env, profile=True, aux=False, nccl_preset=False)
+    probes_ = [h for h in plan.hooks if h.role != "accept"]
+    assert probes_ and all(h.entry in chosen and chosen[h.entry].kind == "decode-probes" for h in probes_)
+    for name in {h.entry for h in probes_}:
+        p = chosen[name]
+        phases = [h.role for h in probes_ if h.entry == name and h.role != "cycle"]
+        assert phases == [a.phase for a in p.anchors]  # same phases, same order
+        cycle = next(h for h in probes_ if h.entry == name and h.role == "cycle")
+        assert cycle.target.endswith(f"{p.cls}.{cycle.target.rsplit('.', 1)[1]}")
+        assert cycle.target.rsplit(".", 1)[1] in p.method
+    accept_entries = [p for p in chosen.values() if p.accept_hook]
+    accepts = [h for h in plan.hooks if h.role == "accept"]
+    assert [h.entry for h in accepts] == [p.name for p in accept_entries] and len(accepts) == 1
+    # the patcher's accept insertion and the plugin's accept hook sit in the same method
+    entry = accept_entries[0]
+    assert accepts[0].target.rsplit(".", 1)[1] in entry.method
+    assert accepts[0].target.rsplit(".", 2)[1] == entry.cls
+    for h in plan.hooks:  # V1: the accept field both routes read from the verify output
+        if h.family == "v1" and h.role == "verify":
+            assert h.detail["field"] == chosen[h.entry].accept_field(env.version)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -369,7 +436,7 @@ def test_v1_hooks_time_phases_and_take_accepts_from_the_verify_return(traced):
     """V1 (0.5.11-0.5.12.post1) cannot run on 0.5.23: the hook bodies run against stand-in
     originals shaped like the releases' returns."""
     cycle = plugin._cycle_hook({"rule": "not_extend", "arg": "batch", "extend_in_batch": "true"})
-    verify = plugin._verify_v1_hook()
+    verify = plugin._verify_v1_hook("num_correct_drafts_per_req_cpu")  # 0.5.12 (v1.yaml)
     draft = plugin._phase_hook("draft")
     out_0512 = types.SimpleNamespace(num_correct_drafts_per_req_cpu=[1, 0, 2])
     worker = types.SimpleNamespace(speculative_num_steps=3, topk=1, speculative_num_draft_tokens=4)
@@ -397,7 +464,7 @@ def test_is_decode_rule_and_0_5_11_scheduler_accept(traced):
     cycle(lambda self, model_worker_batch: None, w, model_worker_batch=_batch(decode=False))
     cycle(lambda self, model_worker_batch: None, w, model_worker_batch=_batch(decode=True))
     assert [t[0] for t in traced] == ["mark_boundary", "set_spec_config", "cycle_begin", "cycle_end"]
-    accept = plugin._accept_sched_hook()
+    accept = plugin._accept_result_hook(("num_accepted_drafts_per_req_cpu", "num_correct_drafts_per_req_cpu"))
     result = types.SimpleNamespace(num_accepted_drafts_per_req_cpu=[3, 0])
     assert accept(lambda self, result, batch: "ids", None, result, None) == "ids"
     assert traced[-1] == ("record_accept", (3, 0))

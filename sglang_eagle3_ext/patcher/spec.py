@@ -49,6 +49,7 @@ class Anchor:
     wrap: str = "statement"  # "statement" | "with" (the enclosing with-block whose only body it is)
     count: int = 1
     exclude_kwargs: tuple[str, ...] = ()
+    hook: str | None = None  # plugin route: "Class.method" in the patch's file that the call reaches
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,7 @@ class Patch:
     value: str | None = None
     statement: str | None = None
     requires_option: str | None = None
+    accept_hook: dict[str, Any] | None = None  # plugin route: where its AROUND hook reads accepts
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def applies_to(self, env: SGLangEnv) -> bool:
@@ -105,7 +107,8 @@ def _parse_patch(d: dict[str, Any], source: str, default_family: Any) -> Patch:
         raise UserError(f"{where}: missing documentation key(s) {', '.join(missing)}")
     anchors = tuple(
         Anchor(phase=phase, call=a["call"], wrap=a.get("wrap", "statement"),
-               count=int(a.get("count", 1)), exclude_kwargs=_tuple(a.get("exclude_kwargs")))
+               count=int(a.get("count", 1)), exclude_kwargs=_tuple(a.get("exclude_kwargs")),
+               hook=a.get("hook"))
         for phase, a in (d.get("anchors") or {}).items()
     )
     if d["kind"] == "decode-probes" and not anchors:
@@ -120,7 +123,8 @@ def _parse_patch(d: dict[str, Any], source: str, default_family: Any) -> Patch:
         method=_tuple(d["method"]), module=d.get("module", "probes"),
         decode_branch=tuple(d.get("decode_branch") or ()), anchors=anchors,
         accept=d.get("accept"), param=d.get("param"), value=d.get("value"),
-        statement=d.get("statement"), requires_option=d.get("requires_option"), raw=d,
+        statement=d.get("statement"), requires_option=d.get("requires_option"),
+        accept_hook=d.get("accept_hook"), raw=d,
     )
 
 
