@@ -49,6 +49,7 @@ from typing import Any
 
 from .errors import UserError
 from .prompts import Prompt, messages_of
+from .records import BenchResult, Ladder
 
 SCHEMA = "eagle3_bench/1"
 LADDER_SCHEMA = "eagle3_ladder/1"
@@ -504,6 +505,7 @@ def load_result(path: str | Path) -> dict[str, Any]:
     data = read_json(p)
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise UserError(f"{p}: not a bench result (schema {SCHEMA!r} expected)", exit_code=2)
+    BenchResult.from_json(data, str(p))  # required fields and their JSON types
     return data
 
 
@@ -584,4 +586,5 @@ def load_ladder(path: str | Path) -> dict[str, Any]:
     data = read_json(p)
     if not isinstance(data, dict) or data.get("schema") != LADDER_SCHEMA:
         raise UserError(f"{p}: not a concurrency ladder (schema {LADDER_SCHEMA!r} expected)", 2)
+    Ladder.from_json(data, str(p))  # required fields and their JSON types
     return data

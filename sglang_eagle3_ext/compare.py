@@ -14,6 +14,7 @@ from typing import Any
 from .bench import LADDER_SCHEMA, read_json
 from .bench import SCHEMA as BENCH_SCHEMA
 from .errors import UserError
+from .records import BenchResult, SweepResults
 
 SWEEP_SCHEMA = "eagle3_sweep/1"
 METRICS = ("decode_tok_s", "e2e_tok_s", "throughput_tok_s")
@@ -62,12 +63,13 @@ def load(paths: list[str]) -> list[dict[str, Any]]:
         data = _read(p)
         schema = data.get("schema") if isinstance(data, dict) else None
         if schema == BENCH_SCHEMA:
+            BenchResult.from_json(data, str(p))
             docs.append(_checked(p, data, "the result"))
         elif schema == LADDER_SCHEMA:
             raise UserError(f"{p}: a concurrency ladder; compare ladders with ladders only "
                             f"(every file a ladder)", exit_code=2)
         elif schema == SWEEP_SCHEMA:
-            configs = data.get("configs", [])
+            configs = SweepResults.from_json(data, str(p)).configs
             if not isinstance(configs, list) or not all(isinstance(c, dict) for c in configs):
                 raise UserError(f"{p}: 'configs' is not a list of objects", exit_code=2)
             for c in configs:

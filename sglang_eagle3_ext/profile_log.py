@@ -28,9 +28,9 @@ from .probes.window import (
     PHASES,
     REASONS,
     SCHEMA,
-    SCHEMAS,
     per_position_rates,
 )
+from .records import WindowRecord
 
 _NUM = r"(\d+(?:\.\d+)?)"
 _HEADER = re.compile(
@@ -272,27 +272,17 @@ def _block_split(b: _Block, rec: dict[str, Any]) -> None:
                        "joins": int(bd["joins"]) if bd else 0, "extra_ms_per_join": None}
 
 
-_REQUIRED = ("cycles", "phases", "mode")
-
-
 def _check_record(rec: Any, where: str) -> dict[str, Any]:
     if not isinstance(rec, dict):
         raise UserError(f"{where}: a JSONL line must be an object, got {type(rec).__name__}")
-    if rec.get("schema") not in SCHEMAS:
-        raise UserError(f"{where}: schema is {rec.get('schema')!r}, expected one of {', '.join(SCHEMAS)}")
-    for k in _REQUIRED:
-        if k not in rec:
-            raise UserError(f"{where}: record lacks {k!r}")
+    # schema name/version, required fields (cycles, phases, mode) and top-level JSON types
+    WindowRecord.from_json(rec, where)
     phases = rec["phases"]
     try:
         for p in (*PHASES, CYCLE):
             float(phases[p]["mean_ms"])
     except (KeyError, TypeError, ValueError) as exc:
         raise UserError(f"{where}: phases must hold mean_ms for draft/verify/extend/other/cycle ({exc})") from None
-    # numbers must be JSON numbers: "12" would pass float() above and break the sums later
-    for k in _NUMERIC:
-        if rec.get(k) is not None and not _is_num(rec[k]):
-            raise UserError(f"{where}: {k} must be a number, got {rec[k]!r}")
     for name, ph in phases.items():
         bad = [k for k, v in ph.items() if v is not None and not _is_num(v)] if isinstance(ph, dict) else [name]
         if bad:
@@ -305,10 +295,6 @@ def _check_record(rec: Any, where: str) -> dict[str, Any]:
     if hist is not None and not (isinstance(hist, dict) and all(_is_num(x) for x in hist.values())):
         raise UserError(f"{where}: accept_hist must map lengths to counts")
     return rec
-
-
-_NUMERIC = ("window", "cycles", "requests", "accepted_drafts", "tokens", "accept_len", "eff_tok_s",
-            "throughput_tok_s", "rank", "tp_size", "idle_cycles")
 
 
 def _is_num(x: Any) -> bool:

@@ -24,6 +24,7 @@ from typing import Any
 
 from .bench import BenchOptions, run_bench, run_ladder, write_json
 from .errors import UserError
+from .records import SweepResults
 
 SCHEMA = "eagle3_sweep/1"
 MATRIX_KEYS = ("steps", "topk", "draft_tokens", "nccl", "custom_all_reduce")
@@ -232,7 +233,7 @@ def load_results(path: Path) -> dict[str, Any] | None:
                         exit_code=2) from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise UserError(f"{path}: not a sweep results file", exit_code=2)
-    configs = data.get("configs")
+    configs = SweepResults.from_json(data, str(path)).configs
     if not isinstance(configs, list) or not all(
             isinstance(c, dict) and isinstance(c.get("name"), str) and isinstance(c.get("slug"), str)
             and c["slug"] and "/" not in c["slug"] and c["slug"] not in (".", "..")
