@@ -21,7 +21,7 @@ import sys
 import urllib.request
 
 import pytest
-from conftest import REPO, requires_sglang, subprocess_env
+from conftest import REPO, requires_sglang
 
 from sglang_eagle3_ext import probes
 from sglang_eagle3_ext.probes import metrics, timers
@@ -238,23 +238,11 @@ def test_real_sglang_server_serves_our_families_on_its_metrics(tmp_path):
     /metrics (SGLang's MultiProcessCollector route, nothing of ours) lists our families next to
     SGLang's, labelled with the served model name and tp_rank, zero samples (no speculative cycle
     runs on CPU: the non-speculative server stands in; the values path is proven in process above)."""
-    from test_server import free_port, gone
+    from test_server import detached_cpu_server
 
-    from sglang_eagle3_ext import tiny
-    env = subprocess_env(sgl_kernel=True, extra={"SGLANG_USE_CPU_ENGINE": "1", "EAGLE3_PROFILE": "1",
-                                                 "EAGLE3_PROFILE_METRICS": "1",
-                                                 "EAGLE3_PROFILE_BASELINE_TPS": "88.8"})
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env["PYTHONPATH"]])
-    models = tiny.build(tmp_path / "tiny", acceptance="random")
-    port, pid_file, log = free_port(), tmp_path / "srv.json", tmp_path / "server.log"
-    argv = [sys.executable, "-m", "sglang_eagle3_ext", "launch", "--no-spec", "--model", str(models.target),
-            "--port", str(port), "--log", str(log), "--timeout", "240", "--no-sglang-check", "--detach",
-            "--pid-file", str(pid_file), "--", "--device", "cpu", "--mem-fraction-static", "0.05",
-            "--max-total-tokens", "2048", "--enable-metrics", "--served-model-name", "tiny-served"]
-    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-3000:] + (log.read_text()[-3000:] if log.exists() else "")
-    info = json.loads(pid_file.read_text())
-    try:
+    with detached_cpu_server(tmp_path, {"EAGLE3_PROFILE": "1", "EAGLE3_PROFILE_METRICS": "1",
+                                        "EAGLE3_PROFILE_BASELINE_TPS": "88.8"},
+                             ["--enable-metrics", "--served-model-name", "tiny-served"]) as (port, _log, _info, _env):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
             text = r.read().decode()
         fams = {f.name: f for f in text_string_to_metric_families(text)}
@@ -268,11 +256,6 @@ def test_real_sglang_server_serves_our_families_on_its_metrics(tmp_path):
         assert verify[0].labels["model_name"] == "tiny-served" and verify[0].labels["tp_rank"] == "0"
         base = [s for s in ours["baseline_tokens_per_second"].samples]
         assert [s.value for s in base] == [88.8]
-    finally:
-        s = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext", "stop", "--pid-file", str(pid_file)],
-                           env=env, capture_output=True, text=True, timeout=60)
-    assert s.returncode == 0, s.stderr
-    assert gone(info["pgid"], within=10)
 
 
 def test_grafana_dashboard_uses_only_published_names():

@@ -4,6 +4,7 @@ SIGTERM of `sgl-eagle3 launch`, detach + stop; plus ONE real SGLang 0.5.23 serve
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -37,6 +38,33 @@ def gone(pgid: int, within: float = 5.0) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+@contextlib.contextmanager
+def detached_cpu_server(tmp_path: Path, extra_env: dict[str, str], extra_args: list[str]):
+    """A real non-speculative SGLang CPU server on the tiny target, started with our own
+    `launch --detach` and stopped with `stop` (whose exit and the group's end are checked).
+    Yields (port, log path, pid-file info, env)."""
+    from sglang_eagle3_ext import tiny
+
+    env = subprocess_env(sgl_kernel=True, extra={"SGLANG_USE_CPU_ENGINE": "1", **extra_env})
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env["PYTHONPATH"]])
+    models = tiny.build(tmp_path / "tiny", acceptance="random")
+    port, pid_file, log = free_port(), tmp_path / "srv.json", tmp_path / "server.log"
+    argv = [sys.executable, "-m", "sglang_eagle3_ext", "launch", "--no-spec", "--model", str(models.target),
+            "--port", str(port), "--log", str(log), "--timeout", "240", "--no-sglang-check", "--detach",
+            "--pid-file", str(pid_file), "--", "--device", "cpu", "--mem-fraction-static", "0.05",
+            "--max-total-tokens", "2048", *extra_args]
+    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:] + (log.read_text()[-3000:] if log.exists() else "")
+    info = json.loads(pid_file.read_text())
+    try:
+        yield port, log, info, env
+    finally:
+        s = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext", "stop", "--pid-file", str(pid_file)],
+                           env=env, capture_output=True, text=True, timeout=60)
+    assert s.returncode == 0, s.stderr
+    assert gone(info["pgid"], within=10)
 
 
 def pid_alive(pid: int) -> bool:
@@ -207,22 +235,12 @@ def test_real_sglang_cpu_server(tmp_path):
     With EAGLE3_PROFILE and EAGLE3_PROFILE_TOGGLE=SIGUSR2 set, our plugin loads the probes in the
     scheduler, which installs the toggle: two real SIGUSR2 (pause, resume) leave it serving (a
     process without the handler would be terminated by SIGUSR2)."""
-    try:
-        from sglang_eagle3_ext import tiny
-    except ImportError:
-        pytest.skip("sglang_eagle3_ext.tiny not available yet")
-    env = subprocess_env(sgl_kernel=True, extra={"SGLANG_USE_CPU_ENGINE": "1", "EAGLE3_PROFILE": "1",
-                                                 "EAGLE3_PROFILE_TOGGLE": "SIGUSR2"})
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env["PYTHONPATH"]])
-    models = tiny.build(tmp_path / "tiny", acceptance="random")
-    port, pid_file, log = free_port(), tmp_path / "srv.json", tmp_path / "server.log"
-    argv = [sys.executable, "-m", "sglang_eagle3_ext", "launch", "--no-spec", "--model", str(models.target),
-            "--port", str(port), "--log", str(log), "--timeout", "240", "--no-sglang-check", "--detach",
-            "--pid-file", str(pid_file), "--", "--device", "cpu", "--mem-fraction-static", "0.05",
-            "--max-total-tokens", "2048"]
-    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-3000:]
-    info = json.loads(pid_file.read_text())
+    with detached_cpu_server(tmp_path, {"EAGLE3_PROFILE": "1", "EAGLE3_PROFILE_TOGGLE": "SIGUSR2"},
+                             []) as (port, log, info, _env):
+        _toggle_checks(port, log, info)
+
+
+def _toggle_checks(port: int, log: Path, info: dict) -> None:
     def generate() -> dict:
         req = urllib.request.Request(
             f"http://127.0.0.1:{port}/generate", method="POST", headers={"Content-Type": "application/json"},
@@ -230,19 +248,13 @@ def test_real_sglang_cpu_server(tmp_path):
         with urllib.request.urlopen(req, timeout=60) as r:
             return json.loads(r.read())
 
-    try:
-        assert generate()["meta_info"]["completion_tokens"] >= 1
-        assert "fired up and ready to roll" in log.read_text()
-        pids = server.scheduler_pids(info["pgid"])
-        assert len(pids) == 1
-        for _ in range(2):
-            os.kill(pids[0], signal.SIGUSR2)
-            time.sleep(0.5)
-        assert generate()["meta_info"]["completion_tokens"] >= 1
-        text = log.read_text()
-        assert "paused by signal" in text and "resumed by signal" in text
-    finally:
-        s = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext", "stop", "--pid-file", str(pid_file)],
-                           env=env, capture_output=True, text=True, timeout=60)
-    assert s.returncode == 0, s.stderr
-    assert gone(info["pgid"], within=10)
+    assert generate()["meta_info"]["completion_tokens"] >= 1
+    assert "fired up and ready to roll" in log.read_text()
+    pids = server.scheduler_pids(info["pgid"])
+    assert len(pids) == 1
+    for _ in range(2):
+        os.kill(pids[0], signal.SIGUSR2)
+        time.sleep(0.5)
+    assert generate()["meta_info"]["completion_tokens"] >= 1
+    text = log.read_text()
+    assert "paused by signal" in text and "resumed by signal" in text
