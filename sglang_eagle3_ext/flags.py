@@ -284,9 +284,9 @@ def apply_adaptive(cfg: LaunchConfig, env: SGLangEnv, extra: dict[str, str | boo
 
     Refuses (exit 2) where SGLang would silently fall back to static speculation, or not start.
     Sets ``cfg.steps`` / ``topk`` / ``draft_tokens`` in place when not given: the largest candidate
-    of the file (adaptive.launch_steps says why), topk 1, steps + 1. Returns notes saying so.
+    of the file (adaptive_format.launch_steps says why), topk 1, steps + 1. Returns notes saying so.
     """
-    from . import adaptive
+    from . import adaptive_format as adaptive
 
     if not cfg.adaptive:
         return _bare_adaptive_0516(cfg, env, extra)
@@ -329,7 +329,7 @@ def apply_adaptive(cfg: LaunchConfig, env: SGLangEnv, extra: dict[str, str | boo
             # 0.5.16+ arg_groups/speculative_hook.py _init_adaptive_speculative_params.
             raise _fail(f"--steps {cfg.steps} is not a candidate of {cfg.adaptive} ({union}); SGLang "
                         f"{env.version} refuses that at start. Leave --steps out (the wrapper uses {target})")
-        if cfg.steps != target and (0, 5, 16) <= env.version_tuple < (0, 5, 17):
+        if cfg.steps != target and adaptive.start_below_largest_crashes(env.version_tuple):
             raise _fail(f"--steps {cfg.steps} below the largest candidate {target} of {cfg.adaptive}: SGLang "
                         f"{env.version} crashes at start ('shared logits buffer holds 256 rows but caller "
                         f"needs 512', measured on H200). Leave --steps out (the wrapper uses {target})")
@@ -351,9 +351,9 @@ def _bare_adaptive_0516(cfg: LaunchConfig, env: SGLangEnv, extra: dict[str, str 
     """``-- --speculative-adaptive`` (the release's default tiers) on 0.5.16: start at the largest
     default candidate, because anything below crashes at start there, including SGLang's own pick,
     the middle candidate (0.5.16 arg_groups/speculative_hook.py _init_adaptive_speculative_params)."""
-    from . import adaptive
+    from . import adaptive_format as adaptive
 
-    if cfg.no_spec or "--speculative-adaptive" not in extra or not (0, 5, 16) <= env.version_tuple < (0, 5, 17):
+    if cfg.no_spec or "--speculative-adaptive" not in extra or not adaptive.start_below_largest_crashes(env.version_tuple):
         return []
     tiers = adaptive.release_loader(env.package_dir).defaults()
     target = adaptive.launch_steps(tiers)
