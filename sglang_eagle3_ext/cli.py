@@ -17,12 +17,12 @@ from .errors import UserError
 # Order is the order shown in --help. Modules are imported lazily, so `sgl-eagle3 doctor` never
 # pays for matplotlib or torch.
 COMMANDS = (
-    "doctor", "patch", "layers", "launch", "stop", "bench", "compare", "profile", "sweep", "adaptive",
+    "doctor", "patch", "layers", "launch", "stop", "bench", "compare", "profile", "sweep", "scan", "adaptive",
     "tiny", "demo",
 )
 # The commands that read an SGLang tree; the others (bench, compare, profile, stop, tiny) work on
 # servers, files or models only, so they do not offer --sglang-root.
-SGLANG_ROOT_COMMANDS = frozenset({"doctor", "patch", "layers", "launch", "sweep", "demo"})
+SGLANG_ROOT_COMMANDS = frozenset({"doctor", "patch", "layers", "launch", "sweep", "scan", "demo"})
 
 
 def _load(name: str):

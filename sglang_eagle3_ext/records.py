@@ -1,8 +1,8 @@
 """Typed views of the JSON records passed between stages, with a checked, versioned round trip.
 
-Four kinds (docs/architecture.md, "Records"): the probes' window record (``eagle3_prof/1|2``),
-the bench result (``eagle3_bench/1``), the concurrency ladder (``eagle3_ladder/1``) and the sweep
-results (``eagle3_sweep/1``). ``from_json(obj, origin)`` checks the schema name and version, the
+Five kinds (docs/architecture.md, "Records"): the probes' window record (``eagle3_prof/1|2``),
+the bench result (``eagle3_bench/1``), the concurrency ladder (``eagle3_ladder/1``), the sweep
+results (``eagle3_sweep/1``) and the scan result (``eagle3_scan/1``). ``from_json(obj, origin)`` checks the schema name and version, the
 required fields and the JSON type of every known field, and raises ``UserError`` (exit 2) with one
 line naming ``origin`` (a file, or ``file:line``) and the field. ``to_json`` gives back the same
 dict: unknown fields ride along in ``extra``, so ``to_json(from_json(x)) == x``.
@@ -189,7 +189,30 @@ class SweepResults(Record):
     analysis: dict[str, Any] | None = _spec("object")
 
 
-KINDS: tuple[type[Record], ...] = (WindowRecord, BenchResult, Ladder, SweepResults)
+@dataclass
+class ScanResult(Record):
+    """A scan's scan.json (scan.py ``run_scan``): one server, every candidate step count held in turn."""
+
+    NAME: ClassVar[str] = "eagle3_scan"
+    VERSIONS: ClassVar[tuple[int, ...]] = (1,)
+    KIND: ClassVar[str] = "scan result"
+
+    cells: list[Any] | None = _spec("list", required=True, nullable=False)
+    candidates: list[Any] | None = _spec("list", required=True, nullable=False)
+    levels: list[Any] | None = _spec("list", required=True, nullable=False)
+    sglang_version: str | None = _spec("text")
+    model: str | None = _spec("text")
+    draft: str | None = _spec("text")
+    block: float | None = _spec("number")
+    started: str | None = _spec("text")
+    finished: str | None = _spec("text")
+    baseline: dict[str, Any] | None = _spec("object")
+    client: dict[str, Any] | None = _spec("object")
+    best: dict[str, Any] | None = _spec("object")
+    adaptive: dict[str, Any] | None = _spec("object")
+
+
+KINDS: tuple[type[Record], ...] = (WindowRecord, BenchResult, Ladder, SweepResults, ScanResult)
 
 
 def from_json(obj: Any, origin: str, kind: type[T]) -> T:

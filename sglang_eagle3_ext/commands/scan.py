@@ -1,0 +1,331 @@
+"""`sgl-eagle3 scan`: every candidate step count x every load in ONE server start (scan.py)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+from pathlib import Path
+from typing import Any
+
+from ..console import err, out
+from ..errors import UserError
+
+HELP = ("One server start: hold every candidate step count in turn (SGLang 0.5.13+ adaptive states) at "
+        "every concurrency; per (steps, batch size) phases, acceptance and tok/s; best per tier; an "
+        "adaptive config from the measurements.")
+
+EPILOG = """\
+Example (H200, llama3-8b shape):
+  sgl-eagle3 scan llama3-8b --steps 0-5 --concurrency 1,8,32 --baseline --out scan-llama3 \\
+      -- --max-running-requests 32 --cuda-graph-max-bs-decode 32
+Figures are steady decode cycles of one key (steps, batch size); the interval is over hold blocks.
+Everything after `--` goes to SGLang (replacing the preset's value of the same flag).
+Step 0 is SGLang's 0-step state, not plain decoding: --baseline benches a plain server too.
+Ctrl-C stops the server and keeps what was measured (scan.json says interrupted: true).
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = EPILOG
+    _options(p)
+    p.add_argument("words", nargs=argparse.REMAINDER, metavar="[PRESET] [-- SGLANG_ARGS]",
+                   help="a launch preset (launch/*.yaml) or YAML path, then `--` and extra SGLang args")
+
+
+def _options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("what to scan")
+    g.add_argument("--model", metavar="PATH", help="target model folder (instead of / over the preset)")
+    g.add_argument("--draft", metavar="PATH", help="EAGLE-3 draft folder")
+    g.add_argument("--tp", type=int, help="tensor parallel size")
+    g.add_argument("--steps", dest="scan_steps", default="1-5", metavar="LIST",
+                   help="candidate step counts: a range 0-5 or a list 1,2,3 (default 1-5; 0 = SGLang's "
+                        "0-step state, 0.5.16+)")
+    g.add_argument("--concurrency", default="1,8,32", metavar="LIST",
+                   help="concurrency ladder, one level after the other (default 1,8,32)")
+    g.add_argument("--prompts", metavar="FILE", help="prompt file (text / JSON / JSONL / ShareGPT; see bench)")
+    g.add_argument("--max-tokens", type=int, default=512, help="tokens per request (default 512)")
+    g.add_argument("--block", type=int, default=32, metavar="N",
+                   help="decode cycles per hold block (the schedule rotates candidates every N cycles "
+                        "at a batch size; default 32)")
+    g.add_argument("--min-cycles", type=int, default=256, metavar="N",
+                   help="steady cycles each candidate needs at a level's batch size (default 256)")
+    g.add_argument("--time-limit", type=float, default=600.0, metavar="S",
+                   help="seconds per level at most, covered or not (default 600)")
+    g.add_argument("--baseline", action="store_true",
+                   help="also start a plain no-spec server after the scan and bench every level (the true "
+                        "baseline; step 0 is not plain decoding)")
+    g.add_argument("--baseline-runs", type=int, default=3, metavar="N", help="runs per level for --baseline")
+    g.add_argument("--within", type=float, default=5.0, metavar="PCT",
+                   help="adaptive config: candidates within PCT %% of a tier's best (default 5)")
+    g.add_argument("--out", metavar="DIR", help="output folder (default scan-<preset or model>)")
+    g.add_argument("--json", action="store_true", help="print scan.json instead of the tables")
+    q = p.add_argument_group("process")
+    q.add_argument("--port", type=int, help="HTTP port (default the preset's, else 30000)")
+    q.add_argument("--timeout", type=float, metavar="S", help="seconds to wait for health")
+    q.add_argument("--profile-every", type=int, metavar="N", help="cycles per probe window (default 100)")
+    q.add_argument("--python", metavar="EXE", help="Python that runs SGLang")
+    q.add_argument("--server-module", help=argparse.SUPPRESS)  # stand-in servers in tests
+    q.add_argument("--no-sglang-check", action="store_true",
+                   help="skip SGLang's own argument check (a child Python)")
+
+
+def _split_words(args: argparse.Namespace) -> tuple[str | None, list[str]]:
+    words = list(args.words or [])
+    extra: list[str] = []
+    if "--" in words:
+        i = words.index("--")
+        words, extra = words[:i], words[i + 1:]
+    if not words:
+        return None, extra
+    p = argparse.ArgumentParser(prog="sgl-eagle3 scan", add_help=False)
+    _options(p)
+    p.add_argument("--sglang-root")
+    p.add_argument("preset", nargs="?")
+    p.parse_args(words, namespace=args)
+    return args.preset, extra
+
+
+def merge_extra(base: list[str], given: list[str]) -> list[str]:
+    """The preset's extra SGLang args with every flag given after `--` replaced by the given one."""
+    flags = {a.split("=", 1)[0] for a in given if a.startswith("--")}
+    kept: list[str] = []
+    skip = False
+    for a in base:
+        if skip and not a.startswith("--"):
+            skip = False
+            continue
+        skip = False
+        if a.startswith("--") and a.split("=", 1)[0] in flags:
+            skip = "=" not in a
+            continue
+        kept.append(a)
+    return kept + given
+
+
+def build(args: argparse.Namespace) -> dict[str, Any]:
+    """Everything the run needs, checked before anything starts."""
+    from .. import adaptive_format, bench, flags, launch_config, scan
+    from ..bench import write_json
+    from ..sglang_env import locate
+
+    preset, given = _split_words(args)
+    env = locate(getattr(args, "sglang_root", None))
+    loader, note = adaptive_format.hold_support(env.package_dir, env.version)
+    cands = scan.parse_steps(args.scan_steps)
+    if 0 in cands and not loader.allows_zero:
+        raise UserError(f"--steps {args.scan_steps}: SGLang {env.version} has no step 0 (its loader, "
+                        f"{loader.source}, wants positive candidate steps; the 0-step state exists from "
+                        f"0.5.16): use --steps {','.join(str(s) for s in cands if s > 0)}", exit_code=2)
+    levels = bench.parse_levels(args.concurrency)
+    prompts = None
+    if args.prompts:
+        from ..prompts import load_prompts
+
+        prompts = load_prompts(args.prompts)
+    opts = scan.ScanOptions(candidates=cands, levels=levels, block=args.block, min_cycles=args.min_cycles,
+                            max_tokens=args.max_tokens, prompts=prompts or [], level_time_s=args.time_limit,
+                            baseline=args.baseline, baseline_runs=args.baseline_runs, within_pct=args.within,
+                            profile_every=args.profile_every)
+    opts.check()
+    base = launch_config.load_preset(preset) if preset else launch_config.LaunchConfig()
+    name = base.name or (Path(args.model).name if args.model else "scan")
+    out_dir = Path(args.out or f"scan-{name}")
+    if (out_dir / "scan.json").exists():
+        raise UserError(f"{out_dir / 'scan.json'} exists: give another --out (or move it away)", exit_code=2)
+    extra = merge_extra(list(base.extra_args), given)
+    mrr = scan._extra_int(extra, "--max-running-requests")
+    if mrr is not None and mrr < max(levels):
+        raise UserError(f"--max-running-requests {mrr} (from the preset) is below the top level "
+                        f"{max(levels)}: the batch would never reach it. Add `-- --max-running-requests "
+                        f"{max(levels)}` (and --cuda-graph-max-bs-decode {max(levels)} for graphs there)",
+                        exit_code=2)
+    notes = [note] if note else []
+    gmax = scan._extra_int(extra, "--cuda-graph-max-bs-decode", "--cuda-graph-max-bs")
+    if gmax is not None and gmax < max(levels):
+        notes.append(f"CUDA graphs are captured up to batch size {gmax}: levels above it run eager (the cells "
+                     f"say graph false); add `-- --cuda-graph-max-bs-decode {max(levels)}` to capture them")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cfg_path = out_dir / scan.CONFIG_NAME
+    write_json(cfg_path, adaptive_format.one_tier(cands))
+    try:
+        read = loader.load(cfg_path)
+    except (ValueError, AssertionError, KeyError, TypeError) as exc:
+        raise UserError(f"{cfg_path}: SGLang {env.version}'s own loader ({loader.source}) refuses the "
+                        f"one-tier config: {exc}", exit_code=2) from exc
+    common = {k: v for k, v in {"model": args.model, "draft": args.draft, "tp": args.tp, "port": args.port,
+                                "timeout": args.timeout, "python": args.python,
+                                "server_module": args.server_module}.items() if v is not None}
+    cfg = launch_config.override(base, **common, adaptive=str(cfg_path), profile=True,
+                                 profile_out=str((out_dir / "prof.jsonl").absolute()),
+                                 profile_every=args.profile_every, log=str(out_dir / "server.log"),
+                                 name=f"{name}-scan")
+    cfg.extra_args = extra
+    cfg.env = {**cfg.env, **scan._hold_env(args.block, cands)}
+    check = False if args.no_sglang_check else None
+    notes += flags.validate(cfg, env, sglang_check=check)
+    plain = None
+    if args.baseline:
+        plain_common = {k: v for k, v in common.items() if k != "draft"}
+        plain = launch_config.override(base, **plain_common, no_spec=True, log=str(out_dir / "plain-server.log"),
+                                       name=f"{name}-plain")
+        plain.extra_args = extra
+        plain.profile = False
+        flags.validate(plain, env, sglang_check=False)
+    return {"env": env, "loader": loader, "opts": opts, "cfg": cfg, "plain": plain, "out_dir": out_dir,
+            "notes": notes, "read": read}
+
+
+def _progress_printer() -> Any:
+    def show(p: dict[str, Any]) -> None:
+        cov = p["coverage"]
+        parts = " ".join(f"s{s} {min(cov.get(s, 0), 10**6)}/{p['min_cycles']}" for s in p["candidates"])
+        err.print(f"[scan] {p['level']} stream(s), run {p['runs']}, {p['elapsed_s']:.0f} s: steady cycles {parts}",
+                  highlight=False, markup=False)
+    return show
+
+
+def run(args: argparse.Namespace) -> int:
+    from .. import scan, server
+
+    b = build(args)
+    cfg, opts, out_dir = b["cfg"], b["opts"], b["out_dir"]
+    for n in b["notes"]:
+        err.print(f"note: {n}", highlight=False, markup=False)
+    out.print(f"SGLang {b['env'].version}: one server, one tier {b['read']} (written to "
+              f"{out_dir / scan.CONFIG_NAME}, read back by the release's loader), start at --steps {cfg.steps} "
+              f"(the largest candidate: the start-step rule); hold blocks of {opts.block} cycles",
+              highlight=False, markup=False)
+    mem = scan.estimate_memory(cfg.model, cfg.draft, opts.candidates, list(cfg.extra_args))
+    if mem.get("known"):
+        per = ", ".join(f"s{k} {v:.2f}" for k, v in mem["per_state_gib"].items())
+        out.print(f"memory of {len(opts.candidates)} states, ESTIMATED: {mem['total_gib']:.2f} GiB ({per} GiB); "
+                  f"{mem['basis']}", highlight=False, markup=False)
+    else:
+        out.print(f"memory of {len(opts.candidates)} states: no estimate ({mem['why']})", highlight=False,
+                  markup=False)
+
+    def factory(c: Any) -> Any:
+        return server.Server(c)
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, on_term)
+    try:
+        doc = scan.run_scan(opts, cfg, out_dir, version=b["env"].version, loader=b["loader"], factory=factory,
+                            baseline_cfg=b["plain"], log=lambda m: err.print(f"[scan] {m}", highlight=False,
+                                                                             markup=False),
+                            progress=_progress_printer())
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    if args.json:
+        from ..console import print_json
+
+        print_json(doc)
+    else:
+        render(doc)
+    out.print(f"wrote {out_dir / 'scan.json'}" + (f", {doc['client_file']}" if doc.get("client_file") else "")
+              + (f", {doc['adaptive']['path']}" if doc.get("adaptive") else ""), highlight=False, markup=False)
+    return 130 if doc["interrupted"] else 0
+
+
+# ------------------------------------------------------------------ what it prints (also `compare`)
+
+
+def _f(v: float | None, spec: str = ".1f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def _label(steps: int) -> str:
+    from ..scan import STEP0_LABEL
+
+    return STEP0_LABEL if steps == 0 else f"{steps} step{'s' if steps > 1 else ''}"
+
+
+def render(doc: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    from .. import scan
+
+    base = doc.get("baseline") or {}
+    if doc.get("interrupted"):
+        out.print("[yellow]interrupted:[/] the figures below are what was measured before Ctrl-C")
+    for lv in doc["levels"]:
+        cells = [c for c in scan.main_cells(doc) if c["level"] == lv]
+        if not cells:
+            continue
+        ref = (base.get(str(lv)) or {}).get("per_stream_tok_s")
+        step0 = next((c["per_stream_tok_s"] for c in cells if c["steps"] == 0), None)
+        vs_name = "vs plain" if ref else ("vs step 0" if step0 else None)
+        ref = ref or step0
+        t = Table(title=f"batch size {lv} ({lv} stream(s)): steady cycles of each key, interval over hold blocks",
+                  title_justify="left")
+        for col in ("steps", "cycles / blocks", "draft", "verify", "extend", "other", "cycle ms",
+                    "accept len", "accept by position", "tok/s per stream [95% over blocks]", "tok/s total"):
+            t.add_column(col, justify="left" if col in ("steps", "accept by position") else "right")
+        if vs_name:
+            t.add_column(vs_name, justify="right")
+        for c in sorted(cells, key=lambda c: c["steps"]):
+            ph = c.get("phases") or {}
+            iv = (c.get("interval") or {}).get("per_stream_tok_s")
+            row = [_label(c["steps"]) + ("" if c["graph"] is not False else " (eager)"),
+                   f"{c['cycles']} / {c['blocks']}",
+                   *[_f((ph.get(k) or {}).get("mean_ms"), ".2f") for k in ("draft", "verify", "extend", "other")],
+                   _f(c["cycle_ms"], ".2f"), _f(c["accept_len"], ".2f"),
+                   " ".join(_f(r, ".2f") for r in c["per_position"]) or "-",
+                   _f(c["per_stream_tok_s"]) + (f" [{iv[0]:.1f}, {iv[1]:.1f}]" if iv else ""),
+                   _f(c["throughput_tok_s"])]
+            if vs_name:
+                row.append(f"{(c['per_stream_tok_s'] / ref - 1) * 100:+.1f}%" if c["per_stream_tok_s"] else "-")
+            t.add_row(*row)
+        if base.get(str(lv)):
+            bl = base[str(lv)]
+            t.add_row(scan.PLAIN_LABEL, f"{bl.get('runs', '-')} runs (client)", "", "", "", "", "", "", "",
+                      _f(bl["per_stream_tok_s"]), _f(bl["throughput_tok_s"]), *(["+0.0%"] if vs_name else []))
+        out.print(t)
+        cl, mix = (doc.get("client") or {}).get(str(lv)), (doc.get("probe_mix") or {}).get(str(lv))
+        if cl or mix:
+            d = (f" ({(mix['per_stream_tok_s'] / cl['per_stream_tok_s'] - 1) * 100:+.1f}% probes vs client)"
+                 if cl and mix and cl.get("per_stream_tok_s") and mix.get("per_stream_tok_s") else "")
+            out.print(f"  outside twin, whole level {lv}: client {_f((cl or {}).get('per_stream_tok_s'))} tok/s per "
+                      f"stream, {_f((cl or {}).get('throughput_tok_s'))} total, accept len "
+                      f"{_f((cl or {}).get('accept_length'), '.2f')} (every cycle of the schedule, boundaries too); "
+                      f"probes' mix {_f((mix or {}).get('per_stream_tok_s'))} per stream over "
+                      f"{(mix or {}).get('cycles', 0)} steady cycles {(mix or {}).get('steps_mix', {})}{d}",
+                      highlight=False, markup=False)
+    drain = len(doc.get("cells", [])) - len(scan.main_cells(doc))
+    if drain:
+        out.print(f"  ({drain} more cell(s) at drain batch sizes, while a level's requests finished: in scan.json)",
+                  highlight=False, markup=False)
+    best = doc.get("best") or {}
+    if best:
+        out.print("Best static configuration per batch size (per-stream tok/s, steady cycles):", highlight=False,
+                  markup=False)
+        for k, v in best.items():
+            if k == "overall":
+                continue
+            vs = f", {v['vs_baseline']:+.1f}% vs the plain server" if v.get("vs_baseline") is not None else ""
+            out.print(f"  batch {k}: {_label(v['steps'])} at {v['per_stream_tok_s']:.1f} tok/s{vs}",
+                      highlight=False, markup=False)
+        if "overall" in best:
+            o = best["overall"]
+            out.print(f"  overall: {_label(o['steps'])} ({o['relative_to_best'] * 100:.1f}% of each batch size's "
+                      f"best, geometric mean)", highlight=False, markup=False)
+    ad = doc.get("adaptive")
+    if ad:
+        out.print(f"Adaptive config from these measurements ({ad['format']} format, candidates within "
+                  f"{ad['within_pct']:g}% of a tier's best): {ad['path']} reads {ad['tiers']}", highlight=False,
+                  markup=False)
+        for k, why in ad["reasons"].items():
+            out.print(f"  tier {k}: {why}", highlight=False, markup=False)
+        out.print(f"  launch with: sgl-eagle3 launch ... --adaptive {ad['path']}  (starts at --steps "
+                  f"{ad['launch_steps']})", highlight=False, markup=False)
+    mem = doc.get("memory") or {}
+    if (mem.get("measured") or {}).get("total_gib") is not None:
+        est = (mem.get("estimate") or {}).get("total_gib")
+        out.print(f"graph memory measured (server log): {mem['measured']['total_gib']:.2f} GiB over "
+                  f"{mem['measured']['captures']} captures; estimated before the start: {_f(est, '.2f')} GiB",
+                  highlight=False, markup=False)
+    for n in doc.get("notes", []):
+        err.print(f"note: {n}", highlight=False, markup=False)

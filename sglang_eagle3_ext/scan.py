@@ -1,0 +1,654 @@
+"""`sgl-eagle3 scan`: every candidate step count at every load, measured inside ONE server start.
+
+SGLang 0.5.13+ builds, at start, one runtime state (attention backends + CUDA graphs) for every
+candidate step count of ``--speculative-adaptive``, and swaps them in microseconds. The scan
+starts one server with ONE tier listing every candidate (adaptive_format.one_tier: every state
+gets graphs at every captured batch size), at the largest candidate (the start-step rule), with the
+probes on and the plugin's hold schedule (settings ``HOLD`` = cycles per block: blocks of
+cycles rotated through the candidates, a pure function of per-batch-size cycle counts). It then
+drives the load level by level with our bench client until every candidate has ``min_cycles``
+steady cycles at that batch size (read live from the probe JSONL), or the time limit.
+
+Every figure is one key (steps, batch size) over steady cycles, read from the eagle3_prof/3
+records' ``by_key``; its interval is over hold blocks (``parts``). Beside it, per level, the
+client's whole-level figures and the probes' mix over the same level (the outside twin: the client
+sees every step count of the schedule, boundary cycles included).
+
+The server is made by a *factory* ``factory(cfg, sglang_root) -> server-like`` (sweep.py's
+convention); tests inject stand-ins.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .errors import UserError
+
+SCHEMA = "eagle3_scan/1"
+CONFIG_NAME = "sglang-adaptive-scan.json"   # the one-tier config the server starts with
+ADAPTIVE_NAME = "adaptive.json"             # the config written from the measurements
+STEP0_LABEL = "step 0 (SGLang, not plain decoding)"
+PLAIN_LABEL = "plain server (no speculation)"
+
+
+# ------------------------------------------------------------------ inputs
+
+
+def parse_steps(text: str) -> list[int]:
+    """``"0-5"`` / ``"1,2,3"`` / ``"0-2,4"`` -> sorted distinct step counts (UserError otherwise)."""
+    out: set[int] = set()
+    try:
+        for part in str(text).split(","):
+            part = part.strip()
+            if not part:
+                continue
+            if "-" in part:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                if hi < lo:
+                    raise ValueError(part)
+                out.update(range(lo, hi + 1))
+            else:
+                out.add(int(part))
+    except ValueError:
+        raise UserError(f"--steps {text!r}: a range like 0-5 or a list like 1,2,3", exit_code=2) from None
+    if len(out) < 2 or min(out) < 0:
+        raise UserError(f"--steps {text!r}: at least two distinct step counts >= 0 (a scan compares them)",
+                        exit_code=2)
+    return sorted(out)
+
+
+@dataclasses.dataclass
+class ScanOptions:
+    candidates: list[int]
+    levels: list[int]
+    block: int = 32
+    min_cycles: int = 256
+    max_tokens: int = 512
+    prompts: list[Any] = dataclasses.field(default_factory=list)
+    warmup: int = 1                # bench runs per level before counting (discarded)
+    level_time_s: float = 600.0    # per level: stop driving it after this long
+    baseline: bool = False
+    baseline_runs: int = 3
+    within_pct: float = 5.0
+    profile_every: int | None = None
+    ignore_eos: bool = True
+    model: str | None = None       # the request's model name (default: /v1/models)
+
+    def check(self) -> None:
+        if self.block < 1 or self.min_cycles < 1 or self.max_tokens < 2:
+            raise UserError("--block and --min-cycles must be >= 1, --max-tokens >= 2", exit_code=2)
+        if not self.level_time_s > 0:
+            raise UserError("--time-limit must be > 0 seconds", exit_code=2)
+
+
+# ------------------------------------------------------------------ probe records (eagle3_prof/3)
+
+
+def parse_key(key: str) -> tuple[int, int, int, int, bool | None]:
+    """``"s3.k1.d4.b8.g"`` -> (3, 1, 4, 8, True); graph letter g / e / u (unknown)."""
+    try:
+        s, k, d, b, g = key.split(".")
+        return int(s[1:]), int(k[1:]), int(d[1:]), int(b[1:]), {"g": True, "e": False}.get(g)
+    except ValueError:
+        raise UserError(f"probe record key {key!r}: expected s<steps>.k<topk>.d<draft>.b<bs>.<g|e|u>") from None
+
+
+class RecordTail:
+    """Reads complete JSONL lines appended to the probe file since the last call (live)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return []
+        end = data.rfind(b"\n")
+        if end < 0:
+            return []
+        self.offset += end + 1
+        out = []
+        for line in data[:end].splitlines():
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue  # a torn line of a crashed writer: the probes' own loader reports those
+            if isinstance(rec, dict):
+                out.append(rec)
+        return out
+
+
+def merge_keys(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The records' ``by_key`` entries merged over windows (steady cycles only).
+
+    Counts add; phases merge cycle-weighted (profile_log.merge_phases); ``parts`` merge by block id
+    (a hold block may straddle two windows); accept_hist adds.
+    """
+    from .profile_log import merge_phases
+
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        for k, v in (r.get("by_key") or {}).items():
+            if isinstance(v, dict):
+                groups.setdefault(k, []).append(v)
+    out: dict[str, dict[str, Any]] = {}
+    for k, parts in groups.items():
+        steps, topk, dt, bs, graph = parse_key(k)
+        blocks: dict[int, list[float]] = {}
+        for p in parts:
+            for row in p.get("parts") or []:
+                b = blocks.setdefault(int(row[0]), [0.0, 0.0, 0.0, 0.0])
+                for i in range(4):
+                    b[i] += float(row[i + 1])
+        hist: dict[int, int] = {}
+        for p in parts:
+            for n, c in (p.get("accept_hist") or {}).items():
+                hist[int(n)] = hist.get(int(n), 0) + int(c)
+        cycles = sum(int(p.get("cycles") or 0) for p in parts)
+        req = sum(int(p.get("requests") or 0) for p in parts)
+        tok = sum(int(p.get("tokens") or 0) for p in parts)
+        acc = sum(int(p.get("accepted_drafts") or 0) for p in parts)
+        phases = merge_phases([(p.get("phases"), float(p.get("cycles") or 0)) for p in parts])
+        out[k] = {"steps": steps, "topk": topk, "draft_tokens": dt, "bs": bs, "graph": graph,
+                  "cycles": cycles, "requests": req, "tokens": tok, "accepted_drafts": acc,
+                  "accept_hist": hist, "phases": phases,
+                  "per_position_windows": [(p.get("per_position"), int(p.get("cycles") or 0)) for p in parts],
+                  "parts": [[b, *v] for b, v in sorted(blocks.items())]}
+    return out
+
+
+def coverage(merged: dict[str, dict[str, Any]], bs: int) -> dict[int, int]:
+    """Steady cycles per step count at batch size ``bs``."""
+    cov: dict[int, int] = {}
+    for v in merged.values():
+        if v["bs"] == bs:
+            cov[v["steps"]] = cov.get(v["steps"], 0) + v["cycles"]
+    return cov
+
+
+# ------------------------------------------------------------------ figures
+
+
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+         2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+         2.052, 2.048, 2.045, 2.042)
+
+
+def t_interval(values: list[float]) -> list[float] | None:
+    """95 % Student-t interval of the mean of ``values`` (one value per hold block); None below 2."""
+    n = len(values)
+    if n < 2:
+        return None
+    m = statistics.fmean(values)
+    half = (_T975[n - 2] if n - 2 < len(_T975) else 1.96) * statistics.stdev(values) / math.sqrt(n)
+    return [round(m - half, 3), round(m + half, 3)]
+
+
+def _rate(tokens: float, requests: float, cycles: float, ms_sum: float) -> tuple[float | None, float | None]:
+    """(per-stream tok/s, cycle ms) of a set of cycles: tokens per request per cycle x 1000 / cycle ms."""
+    if not (requests and cycles and ms_sum):
+        return None, None
+    cyc = ms_sum / cycles
+    return tokens / requests * 1000.0 / cyc, cyc
+
+
+def per_position(v: dict[str, Any]) -> list[float | None]:
+    from .probes.window import per_position_rates
+
+    if v["accept_hist"] and v["steps"] > 0:
+        return per_position_rates(v["accept_hist"], v["steps"])
+    wins = [(p, w) for p, w in v["per_position_windows"] if p and w]
+    out: list[float | None] = []
+    for i in range(v["steps"]):
+        pairs = [(p[i], w) for p, w in wins if i < len(p) and p[i] is not None]
+        tw = sum(w for _, w in pairs)
+        out.append(round(sum(x * w for x, w in pairs) / tw, 6) if tw else None)
+    return out
+
+
+def cell(v: dict[str, Any], level: int) -> dict[str, Any]:
+    """One (steps, batch size) cell of the scan document from a merged by_key entry."""
+    cyc_ms = ((v["phases"] or {}).get("cycle") or {}).get("mean_ms")
+    al = v["tokens"] / v["requests"] if v["requests"] else None
+    per_stream = al * 1000.0 / cyc_ms if (al and cyc_ms) else None
+    busy = sum(p[2] for p in v["parts"])
+    thr = v["tokens"] * 1000.0 / busy if busy else (per_stream * v["bs"] if per_stream else None)
+    blocks = [_rate(p[3], p[4], p[1], p[2]) for p in v["parts"]]
+    ps = [b[0] for b in blocks if b[0] is not None]
+    cm = [b[1] for b in blocks if b[1] is not None]
+    return {"steps": v["steps"], "topk": v["topk"], "draft_tokens": v["draft_tokens"], "bs": v["bs"],
+            "graph": v["graph"], "level": level, "cycles": v["cycles"], "blocks": len(v["parts"]),
+            "requests": v["requests"], "tokens": v["tokens"],
+            "cycle_ms": round(cyc_ms, 4) if cyc_ms else None, "phases": v["phases"],
+            "accept_len": round(al, 4) if al else None, "per_position": per_position(v),
+            "per_stream_tok_s": round(per_stream, 2) if per_stream else None,
+            "throughput_tok_s": round(thr, 2) if thr else None,
+            "interval": {"per_stream_tok_s": t_interval(ps), "cycle_ms": t_interval(cm),
+                         "basis": f"95 % t-interval of the mean over {len(ps)} hold block(s)"}}
+
+
+def probe_mix(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Every steady cycle of a level's windows, all step counts and batch sizes together: what the
+    client's whole-level figure should be near (the client also sees boundary cycles)."""
+    merged = merge_keys(records)
+    cycles = sum(v["cycles"] for v in merged.values())
+    if not cycles:
+        return None
+    ms = sum(sum(p[2] for p in v["parts"]) for v in merged.values())
+    tok = sum(v["tokens"] for v in merged.values())
+    req = sum(v["requests"] for v in merged.values())
+    ps, cyc = _rate(tok, req, cycles, ms)
+    return {"cycles": cycles, "cycle_ms": round(cyc, 4) if cyc else None,
+            "accept_len": round(tok / req, 4) if req else None,
+            "per_stream_tok_s": round(ps, 2) if ps else None,
+            "throughput_tok_s": round(tok * 1000.0 / ms, 2) if ms else None,
+            "steps_mix": {str(s): sum(v["cycles"] for v in merged.values() if v["steps"] == s)
+                          for s in sorted({v["steps"] for v in merged.values()})}}
+
+
+def main_cells(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The cells measured at the batch size their level aimed at (the drain batch sizes of a level,
+    when requests finish one by one, stay in ``cells`` but are not compared)."""
+    return [c for c in doc.get("cells", []) if c["bs"] == c["level"]]
+
+
+def best_static(doc: dict[str, Any]) -> dict[str, Any]:
+    """The best static step count per batch size (per-stream tok/s) and overall (the best summed
+    over the levels' batch sizes, each level weighted alike by its per-stream rate)."""
+    base = doc.get("baseline") or {}
+    best: dict[str, Any] = {}
+    by_bs: dict[int, list[dict[str, Any]]] = {}
+    for c in main_cells(doc):
+        if c["per_stream_tok_s"]:
+            by_bs.setdefault(c["bs"], []).append(c)
+    for bs, cs in sorted(by_bs.items()):
+        b = max(cs, key=lambda c: (c["per_stream_tok_s"], -c["steps"]))
+        ref = (base.get(str(bs)) or {}).get("per_stream_tok_s")
+        best[str(bs)] = {"steps": b["steps"], "per_stream_tok_s": b["per_stream_tok_s"],
+                         "throughput_tok_s": b["throughput_tok_s"],
+                         "vs_baseline": round((b["per_stream_tok_s"] / ref - 1) * 100, 2) if ref else None}
+    if by_bs:
+        steps = set.intersection(*({c["steps"] for c in cs} for cs in by_bs.values()))
+        if steps:
+            def score(s: int) -> float:  # geometric mean of per-stream rate relative to each level's best
+                rel = [next(c["per_stream_tok_s"] for c in cs if c["steps"] == s) / max(c["per_stream_tok_s"] for c in cs)
+                       for cs in by_bs.values()]
+                return math.exp(statistics.fmean(math.log(r) for r in rel))
+            s = max(sorted(steps), key=score)
+            best["overall"] = {"steps": s, "relative_to_best": round(score(s), 4),
+                               "basis": "the one step count with the highest geometric mean of its per-stream "
+                                        "tok/s relative to each batch size's best"}
+    return best
+
+
+def table(doc: dict[str, Any]) -> dict[int, dict[int, float]]:
+    """{batch size: {steps: per-stream tok/s}} of the main cells (adaptive.choose's input)."""
+    t: dict[int, dict[int, float]] = {}
+    for c in main_cells(doc):
+        if c["per_stream_tok_s"]:
+            t.setdefault(c["bs"], {})[c["steps"]] = c["per_stream_tok_s"]
+    return t
+
+
+def tier_reasons(choices: list[Any], within_pct: float) -> dict[str, str]:
+    out = {}
+    for c in choices:
+        best = c.tok_s[c.best_steps]
+        others = [f"{s} ({c.tok_s[s]:.1f}, {100 * (c.tok_s[s] / best - 1):+.1f}%)" for s in c.candidates
+                  if s != c.best_steps]
+        out[str(c.batch_size)] = (f"best {c.best_steps} steps at {best:.1f} tok/s per stream"
+                                  + (f"; within {within_pct:g}%: " + ", ".join(others) if others else
+                                     f"; no other step count within {within_pct:g}%")
+                                  + (f"; {c.note}" if c.note else ""))
+    return out
+
+
+def write_adaptive(doc: dict[str, Any], out_path: Path, loader: Any, within_pct: float) -> dict[str, Any] | None:
+    """The adaptive config from the measured cells, by the same chooser/writer as `adaptive write`."""
+    from . import adaptive
+
+    t = table(doc)
+    if not t:
+        return None
+    choices, cfg, read = adaptive.write(t, out_path, loader, within_pct)
+    return {"path": str(out_path), "format": loader.format, "tiers": {str(k): v for k, v in sorted(read.items())},
+            "config": cfg, "reasons": tier_reasons(choices, within_pct), "within_pct": within_pct,
+            "launch_steps": adaptive.launch_steps(read)}
+
+
+# ------------------------------------------------------------------ memory of N states (estimate)
+
+
+def _cfg_json(path: str | None) -> dict[str, Any]:
+    try:
+        data = json.loads((Path(str(path)).expanduser() / "config.json").read_text())
+    except (OSError, ValueError, TypeError):
+        return {}
+    return data.get("text_config", data) if isinstance(data, dict) else {}
+
+
+def _extra_int(extra: list[str], *names: str) -> int | None:
+    for i, a in enumerate(extra):
+        for n in names:
+            if a == n and i + 1 < len(extra):
+                try:
+                    return int(extra[i + 1])
+                except ValueError:
+                    return None
+            if a.startswith(n + "="):
+                try:
+                    return int(a.split("=", 1)[1])
+                except ValueError:
+                    return None
+    return None
+
+
+def estimate_memory(model: str | None, draft: str | None, candidates: list[int],
+                    extra: list[str]) -> dict[str, Any]:
+    """A rough estimate of what N runtime states add, from the model configs and the captured
+    batch sizes; stated as an estimate, with its basis. The measured twin is read from the
+    server log after the start (``log_graph_memory``).
+
+    Per state with s steps (topk 1: s + 1 verify tokens per request), at the largest captured
+    batch size B: verify graph activations ~ B (s+1) x (4 hidden + 2 intermediate) bf16 + B (s+1)
+    x vocab fp32 logits; draft + extend graphs ~ B (s+1) x 4 draft-hidden bf16 + B x draft-vocab
+    fp32 x s. Assumes no memory shared between states' graph pools (an upper estimate) and leaves
+    out attention metadata (small).
+    """
+    t, d = _cfg_json(model), _cfg_json(draft)
+    b_cap = _extra_int(extra, "--cuda-graph-max-bs-decode", "--cuda-graph-max-bs")
+    assumed_b = b_cap is None
+    b = b_cap or 256
+    h = int(t.get("hidden_size") or 0)
+    inter = int(t.get("intermediate_size") or 4 * h)
+    vocab = int(t.get("vocab_size") or 0)
+    dh = int(d.get("hidden_size") or h)
+    dvocab = int(d.get("draft_vocab_size") or d.get("vocab_size") or vocab)
+    if not (h and vocab):
+        return {"known": False, "why": "no hidden_size / vocab_size in the target's config.json"}
+    per = {}
+    for s in candidates:
+        tok = b * (s + 1)
+        verify = tok * (4 * h + 2 * inter) * 2 + tok * vocab * 4
+        draft_b = (tok * 4 * dh * 2 + b * dvocab * 4 * s) if s > 0 else tok * 4 * dh * 2
+        per[str(s)] = round((verify + draft_b) / 2**30, 3)
+    return {"known": True, "per_state_gib": per, "total_gib": round(sum(per.values()), 3),
+            "captured_max_bs": b, "captured_max_bs_assumed": assumed_b,
+            "basis": ("estimate: per state, verify + draft + extend graph activations at the largest captured "
+                      f"batch size B = {b}" + (" (assumed: SGLang picks its default from GPU memory; pass "
+                                               "-- --cuda-graph-max-bs-decode N to fix it)" if assumed_b else
+                                               " (from the launch args)")
+                      + ", from hidden/intermediate/vocab sizes of the configs; no pool sharing between states "
+                        "(upper estimate); the server log's 'Capture cuda graph end ... mem usage' lines are "
+                        "the measured twin")}
+
+
+def log_graph_memory(log_path: str | Path | None) -> dict[str, Any] | None:
+    """The measured twin: SGLang's own 'Capture cuda graph end. ... mem usage=X GB' lines."""
+    import re
+
+    if not log_path or not Path(log_path).is_file():
+        return None
+    pat = re.compile(r"Capture (?:draft |draft extend |)cuda graph end\..*?mem usage=([\d.]+) GB")
+    vals = [float(m.group(1)) for line in Path(log_path).read_text(errors="replace").splitlines()
+            if (m := pat.search(line))]
+    if not vals:
+        return None
+    return {"captures": len(vals), "total_gib": round(sum(vals), 3),
+            "basis": "sum of 'mem usage' of every 'Capture ... cuda graph end' line in the server log"}
+
+
+# ------------------------------------------------------------------ the run
+
+
+@dataclasses.dataclass
+class LevelState:
+    level: int
+    runs: list[Any] = dataclasses.field(default_factory=list)
+    warm: list[Any] = dataclasses.field(default_factory=list)
+    records: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    started: float = 0.0
+    stop_reason: str | None = None
+
+
+def _hold_env(block: int, candidates: list[int]) -> dict[str, str]:
+    from . import settings
+
+    hold = getattr(settings, "HOLD", None)            # declared by the scan runtime (scanrt)
+    steps = getattr(settings, "HOLD_STEPS", None)
+    h = hold.name if hold is not None else "SGLANG_EAGLE3_" + "HOLD"
+    s = steps.name if steps is not None else h + "_STEPS"
+    return {h: str(block), s: ",".join(map(str, candidates))}
+
+
+def new_document(opts: ScanOptions, version: str, cfg: Any) -> dict[str, Any]:
+    return {"schema": SCHEMA, "sglang_version": version, "model": cfg.model, "draft": cfg.draft,
+            "candidates": opts.candidates, "levels": opts.levels, "block": opts.block,
+            "min_cycles": opts.min_cycles, "max_tokens": opts.max_tokens,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "finished": None, "interrupted": False,
+            "cells": [], "baseline": None, "client": {}, "probe_mix": {}, "levels_done": [],
+            "best": {}, "adaptive": None, "memory": {}, "notes": [],
+            "definitions": {
+                "per_stream_tok_s": "probes: tokens per request per steady cycle x 1000 / mean cycle ms "
+                                    "(one key: these steps at this batch size)",
+                "throughput_tok_s": "probes: tokens x 1000 / summed cycle ms of the key's steady cycles",
+                "accept_len": "tokens per request per cycle, incl. the bonus token",
+                "interval": "95 % t-interval of the mean over hold blocks of the key",
+                "step 0": STEP0_LABEL,
+                "client": "the bench client over the whole level: every step count of the schedule and "
+                          "boundary cycles together"}}
+
+
+def finish(doc: dict[str, Any], out_dir: Path, loader: Any, within_pct: float) -> dict[str, Any]:
+    """Best per batch size, the adaptive config; write scan.json."""
+    from .bench import write_json
+
+    doc["best"] = best_static(doc)
+    try:
+        doc["adaptive"] = write_adaptive(doc, out_dir / ADAPTIVE_NAME, loader, within_pct)
+    except UserError as exc:
+        doc["adaptive"] = None
+        doc["notes"].append(f"no adaptive config written: {exc}")
+    doc["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    write_json(out_dir / "scan.json", doc)
+    return doc
+
+
+def drive_level(srv_url: str, opts: ScanOptions, ls: LevelState, tail: RecordTail,
+                progress: Callable[[dict[str, Any]], None], model: str | None) -> str:
+    """Bench runs at one concurrency until every candidate has min_cycles steady cycles at that
+    batch size (or the time limit); returns the model name the server reported."""
+    from . import bench
+
+    bopts = bench.BenchOptions(url=srv_url, runs=1, warmup=0, max_tokens=opts.max_tokens,
+                               prompts=list(opts.prompts) or [bench.DEFAULT_PROMPT], concurrency=ls.level,
+                               label=f"scan level {ls.level}", model=model, ignore_eos=opts.ignore_eos)
+    ep = bench.Endpoint(srv_url, bopts.timeout_s)
+    if model is None:
+        model = bench.detect_model(ep)
+        bopts.model = model
+    for i in range(opts.warmup):
+        ls.warm.append(bench.run_once(ep, bopts, model, i))
+    tail.read()  # warm-up windows do not count
+    ls.started = time.monotonic()
+    i = 0
+    while True:
+        r = bench.run_once(ep, bopts, model, i)
+        i += 1
+        ls.runs.append(r)
+        ls.records.extend(tail.read())
+        cov = coverage(merge_keys(ls.records), ls.level)
+        elapsed = time.monotonic() - ls.started
+        done = all(cov.get(s, 0) >= opts.min_cycles for s in opts.candidates)
+        progress({"level": ls.level, "coverage": cov, "elapsed_s": elapsed, "runs": len(ls.runs),
+                  "min_cycles": opts.min_cycles, "candidates": opts.candidates})
+        if done:
+            ls.stop_reason = "covered"
+            return model
+        if elapsed > opts.level_time_s:
+            short = [s for s in opts.candidates if cov.get(s, 0) < opts.min_cycles]
+            ls.stop_reason = (f"time limit {opts.level_time_s:.0f} s: steps {short} below {opts.min_cycles} "
+                              f"steady cycles at batch size {ls.level}")
+            return model
+
+
+def close_level(doc: dict[str, Any], opts: ScanOptions, ls: LevelState) -> None:
+    """The level's cells, client figures and probe mix into the document."""
+    from . import bench
+
+    merged = merge_keys(ls.records)
+    doc["cells"] = [c for c in doc["cells"] if c["level"] != ls.level]
+    doc["cells"] += [cell(v, ls.level) for _, v in sorted(merged.items(), key=lambda kv: (kv[1]["bs"], kv[1]["steps"]))]
+    if ls.runs:
+        bopts = bench.BenchOptions(url="scan", runs=len(ls.runs), warmup=len(ls.warm), max_tokens=opts.max_tokens,
+                                   prompts=list(opts.prompts) or [bench.DEFAULT_PROMPT], concurrency=ls.level,
+                                   label=f"scan level {ls.level}", ignore_eos=opts.ignore_eos)
+        bdoc = bench.build_result(bopts, opts.model or "", ls.runs, ls.warm)
+        doc.setdefault("_bench", {})[str(ls.level)] = bdoc
+        doc["client"][str(ls.level)] = bench.level_summary(bdoc)
+    doc["probe_mix"][str(ls.level)] = probe_mix(ls.records)
+    if ls.level not in doc["levels_done"]:
+        doc["levels_done"].append(ls.level)
+    if ls.stop_reason and ls.stop_reason != "covered":
+        doc["notes"].append(f"level {ls.level}: {ls.stop_reason}")
+
+
+def ladder_doc(doc: dict[str, Any], url: str) -> dict[str, Any] | None:
+    """The client's runs as one eagle3_ladder/1 document (profile --bench and compare read it)."""
+    from . import bench
+
+    levels = [{"concurrency": int(k), "summary": bench.level_summary(b), "bench": b}
+              for k, b in sorted((doc.get("_bench") or {}).items(), key=lambda kv: int(kv[0]))]
+    if not levels:
+        return None
+    return {"schema": bench.LADDER_SCHEMA, "label": "scan (hold schedule: every candidate)", "url": url,
+            "model": levels[0]["bench"].get("model"), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "params": {"levels": [lv["concurrency"] for lv in levels], "max_tokens": doc["max_tokens"]},
+            "definitions": {"per_stream_tok_s": "mean over runs of the mean decode tok/s of the run's requests",
+                            "throughput_tok_s": "mean over runs of all completion tokens / run wall time"},
+            "levels": levels}
+
+
+def bench_baseline(url: str, opts: ScanOptions, log: Callable[[str], None]) -> dict[str, Any]:
+    """The plain (no-spec) server at every level: the true baseline."""
+    from . import bench
+
+    out = {}
+    for n in opts.levels:
+        b = bench.run_bench(bench.BenchOptions(url=url, runs=opts.baseline_runs, warmup=1, max_tokens=opts.max_tokens,
+                                               prompts=list(opts.prompts) or [bench.DEFAULT_PROMPT], concurrency=n,
+                                               label=f"plain level {n}", model=opts.model,
+                                               ignore_eos=opts.ignore_eos))
+        s = bench.level_summary(b)
+        out[str(n)] = {"per_stream_tok_s": s["per_stream_tok_s"], "throughput_tok_s": s["throughput_tok_s"],
+                       "source": "plain server", "runs": s["ok_runs"]}
+        log(f"plain server, {n} stream(s): {s['per_stream_tok_s'] or 0:.1f} tok/s per stream")
+    return out
+
+
+def run_scan(opts: ScanOptions, cfg: Any, out_dir: Path, *, version: str, loader: Any,
+             factory: Callable[[Any], Any], baseline_cfg: Any = None,
+             log: Callable[[str], None] = print,
+             progress: Callable[[dict[str, Any]], None] = lambda _p: None) -> dict[str, Any]:
+    """One server start; every level driven; Ctrl-C stops the server and keeps what was measured.
+
+    ``cfg``: the LaunchConfig already validated (adaptive config, start step, probes, hold env).
+    ``factory(cfg)``: a server-like (``start(wait=True)``, ``stop()``, ``url``, ``log_path``).
+    """
+    from .bench import write_json
+
+    opts.check()
+    doc = new_document(opts, version, cfg)
+    doc["memory"]["estimate"] = estimate_memory(cfg.model, cfg.draft, opts.candidates, list(cfg.extra_args))
+    tail = RecordTail(Path(cfg.profile_out))
+    srv = None
+    ls: LevelState | None = None
+    t0 = time.monotonic()
+    try:
+        srv = factory(cfg)
+        log(f"starting one server with {len(opts.candidates)} states (steps {opts.candidates}), start step "
+            f"{cfg.steps}; log {getattr(srv, 'log_path', '?')}")
+        srv.start(wait=True)
+        doc["start_s"] = round(time.monotonic() - t0, 1)
+        log(f"ready after {doc['start_s']:.0f} s")
+        doc["memory"]["measured"] = log_graph_memory(getattr(srv, "log_path", None))
+        model = opts.model
+        for n in opts.levels:
+            ls = LevelState(n)
+            model = drive_level(srv.url, opts, ls, tail, progress, model)
+            opts.model = model
+            close_level(doc, opts, ls)
+            write_json(out_dir / "scan.json", doc)
+            ls = None
+        srv.stop()
+        srv = None
+        if opts.baseline and baseline_cfg is not None:
+            log("starting the plain (no-spec) server for the true baseline")
+            bsrv = factory(baseline_cfg)
+            try:
+                bsrv.start(wait=True)
+                doc["baseline"] = bench_baseline(bsrv.url, opts, log)
+            finally:
+                bsrv.stop()
+    except KeyboardInterrupt:
+        doc["interrupted"] = True
+        log("interrupted: stopping the server, keeping what was measured")
+        if ls is not None:
+            ls.records.extend(tail.read())
+            ls.stop_reason = "interrupted"
+            close_level(doc, opts, ls)
+    finally:
+        if srv is not None:
+            srv.stop()
+        doc["wall_s"] = round(time.monotonic() - t0, 1)
+    lad = ladder_doc(doc, getattr(cfg, "url", ""))
+    if lad:
+        write_json(out_dir / "ladder.json", lad)
+        doc["client_file"] = str(out_dir / "ladder.json")
+    doc.pop("_bench", None)
+    return finish(doc, out_dir, loader, opts.within_pct)
+
+
+# ------------------------------------------------------------------ reading a result
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    """A scan result (a scan folder or its scan.json), checked through records.ScanResult."""
+    from .bench import read_json
+    from .records import ScanResult
+
+    p = Path(path)
+    f = p / "scan.json" if p.is_dir() else p
+    if not f.exists():
+        raise UserError(f"{path}: no such file (a scan folder or its scan.json)", exit_code=2)
+    data = read_json(f)
+    ScanResult.from_json(data, str(f))
+    for i, c in enumerate(data["cells"]):
+        if not isinstance(c, dict) or not all(isinstance(c.get(k), int) for k in ("steps", "bs", "level")):
+            raise UserError(f"{f}: cells[{i}] needs integer steps, bs and level", exit_code=2)
+    return data
+
+
+def is_scan(path: str | Path) -> bool:
+    p = Path(path)
+    f = p / "scan.json" if p.is_dir() else p
+    if not f.is_file():
+        return False
+    try:
+        head = f.read_text(encoding="utf-8", errors="replace")[:4000]
+    except OSError:
+        return False
+    return '"eagle3_scan/' in head

@@ -1,0 +1,316 @@
+"""Stand-in for `python -m sglang.launch_server` with adaptive states and the hold schedule (no GPU).
+
+What is faked and why: there is no GPU here, so this process plays SGLang 0.5.16 started by
+`sgl-eagle3 scan`: it reads the argv the scan builds (--speculative-adaptive-config with one tier,
+--speculative-num-steps = the start step, which must be the largest candidate as 0.5.16 demands),
+and the env it sets (SGLANG_EAGLE3_HOLD / _HOLD_STEPS, EAGLE3_PROFILE_OUT / _EVERY). One decode loop
+runs batched "cycles" on a fixed cost model instead of a model:
+
+    cycle ms (steps s, batch b) = 2.0 + 0.4 s + 0.05 b (s + 1)          (plain server: 1.8 + 0.04 b)
+    conditional acceptance per draft position = 0.8, 0.6, 0.4, 0.3, 0.2 (seeded draws)
+
+The hold schedule is a pure function of per-batch-size cycle counts (block = count // HOLD;
+steps = candidates[block % n]), the cycle after a switch and cycles next to a join/leave are
+boundary cycles, and every EAGLE3_PROFILE_EVERY cycles one eagle3_prof/3 record is appended with
+``by_key`` (steady cycles per key, ``parts`` per hold block) and ``control``. Phase times are the
+cost model's (as GPU timers would report), split draft 0.4 s / verify / extend 0.2 / other 0.3.
+The streams are OpenAI-compatible (usage, sglext spec_verify_ct), like tests/standin_openai.py.
+STANDIN_SCAN_SLOW=X multiplies every cycle (tests of the time limit).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+RATES = (0.8, 0.6, 0.4, 0.3, 0.2, 0.15, 0.1)
+
+
+def arg(name: str, default: str | None = None) -> str | None:
+    argv = sys.argv[1:]
+    return argv[argv.index(name) + 1] if name in argv else default
+
+
+def cycle_ms(steps: int | None, bs: int) -> float:
+    if steps is None:
+        return 1.8 + 0.04 * bs
+    return 2.0 + 0.4 * steps + 0.05 * bs * (steps + 1)
+
+
+def expected_accept_len(steps: int) -> float:
+    total, p = 1.0, 1.0
+    for j in range(steps):
+        p *= RATES[j]
+        total += p
+    return total
+
+
+class Req:
+    def __init__(self, n: int) -> None:
+        self.remaining = n
+        self.done_tokens = 0
+        self.verify = 0
+        self.cond = threading.Condition()
+        self.new = True
+        self.finished = False
+        self.counter = 0
+
+
+class Engine:
+    def __init__(self) -> None:
+        self.spec = "--speculative-algorithm" in sys.argv
+        cfg = arg("--speculative-adaptive-config")
+        cands: list[int] = []
+        if cfg:
+            tiers = json.load(open(cfg))
+            cands = sorted({s for t in tiers.values() for s in t["candidate_steps"]})
+        start = int(arg("--speculative-num-steps", "0") or 0)
+        if cands and start != max(cands):
+            print("AssertionError: shared logits buffer holds 256 rows but caller needs 512", flush=True)
+            sys.exit(1)
+        order = os.environ.get("SGLANG_EAGLE3_HOLD_STEPS")
+        self.cands = [int(x) for x in order.split(",")] if order else (cands or [start])
+        self.hold = int(os.environ.get("SGLANG_EAGLE3_HOLD") or 0)
+        self.out = os.environ.get("EAGLE3_PROFILE_OUT") if os.environ.get("EAGLE3_PROFILE") == "1" else None
+        self.every = int(os.environ.get("EAGLE3_PROFILE_EVERY") or 100)
+        self.slow = float(os.environ.get("STANDIN_SCAN_SLOW") or 1.0)
+        self.lock = threading.Condition()
+        self.active: list[Req] = []
+        self.bs_cycles: dict[int, int] = {}
+        self.current = start if self.spec else None
+        self.prev_bs: int | None = None
+        self.window = 0
+        self.rng = random.Random(1234)
+        self._reset()
+
+    def _reset(self) -> None:
+        self.w_cycles = 0
+        self.w_bound = 0
+        self.w_reasons = {"join": 0, "leave": 0, "extend": 0, "batch_change": 0, "idle": 0, "switch": 0}
+        self.keys: dict[str, dict[str, Any]] = {}
+        self.choices: dict[str, dict[str, int]] = {}
+
+    def choose(self, bs: int) -> tuple[int | None, int]:
+        """(steps, block id): the hold schedule, a pure function of the per-bs cycle count."""
+        n = self.bs_cycles.get(bs, 0)
+        self.bs_cycles[bs] = n + 1
+        if not self.spec:
+            return None, -1
+        if not self.hold:
+            return self.current, -1
+        block = n // self.hold
+        return self.cands[block % len(self.cands)], block
+
+    def accepted(self, steps: int) -> int:
+        """Seeded (repeatable) draws against each position's conditional rate."""
+        a = 0
+        for j in range(steps):
+            if self.rng.random() >= RATES[j]:
+                break
+            a += 1
+        return a
+
+    def loop(self) -> None:
+        while True:
+            with self.lock:
+                while not self.active:
+                    self.lock.wait(0.5)
+                batch = list(self.active)
+            bs = len(batch)
+            steps, block = self.choose(bs)
+            reasons = []
+            if steps != self.current:
+                reasons.append("switch")
+            if any(r.new for r in batch):
+                reasons.append("join")
+            if self.prev_bs is not None and bs != self.prev_bs:
+                reasons.append("batch_change")
+            self.current = steps
+            self.prev_bs = bs
+            ms = cycle_ms(steps, bs)
+            time.sleep(ms * self.slow / 1000.0)
+            toks, accs = [], []
+            for r in batch:
+                a = self.accepted(steps or 0)
+                t = min(a + 1, r.remaining)
+                toks.append(t)
+                accs.append(a)
+            for r, t in zip(batch, toks, strict=True):
+                with r.cond:
+                    r.new = False
+                    r.remaining -= t
+                    r.done_tokens += t
+                    r.verify += 1
+                    if r.remaining <= 0:
+                        r.finished = True
+                    r.cond.notify_all()
+            with self.lock:
+                left = [r for r in self.active if r.finished]
+                self.active = [r for r in self.active if not r.finished]
+                self.lock.notify_all()
+            if left:
+                reasons.append("leave")
+            if self.spec and self.out:
+                self.account(steps or 0, bs, block, ms, sum(toks), sum(accs), accs, reasons)
+
+    def account(self, steps: int, bs: int, block: int, ms: float, tokens: int, acc: int,
+                accs: list[int], reasons: list[str]) -> None:
+        self.w_cycles += 1
+        ch = self.choices.setdefault(str(bs), {})
+        ch[str(steps)] = ch.get(str(steps), 0) + 1
+        if reasons:
+            self.w_bound += 1
+            for why in reasons:
+                self.w_reasons[why] += 1
+        else:
+            key = f"s{steps}.k1.d{steps + 1}.b{bs}.g"
+            k = self.keys.setdefault(key, {"steps": steps, "topk": 1, "draft_tokens": steps + 1, "bs": bs,
+                                           "graph": True, "cycles": 0, "requests": 0, "accepted_drafts": 0,
+                                           "tokens": 0, "accept_hist": {}, "ms": [], "parts": {}})
+            k["cycles"] += 1
+            k["requests"] += bs
+            k["accepted_drafts"] += acc
+            k["tokens"] += tokens
+            for a in accs:
+                k["accept_hist"][str(a)] = k["accept_hist"].get(str(a), 0) + 1
+            k["ms"].append(ms)
+            p = k["parts"].setdefault(block, [block, 0, 0.0, 0, 0])
+            p[1] += 1
+            p[2] += ms
+            p[3] += tokens
+            p[4] += bs
+        if self.w_cycles >= self.every:
+            self.flush()
+
+    def flush(self) -> None:
+        self.window += 1
+        by_key = {}
+        for key, k in self.keys.items():
+            ms = sorted(k.pop("ms"))
+            mean = sum(ms) / len(ms)
+            s = k["steps"]
+
+            def ph(v: float, ms=ms, mean=mean) -> dict[str, float]:
+                f = v / mean
+                return {"mean_ms": round(v, 4), "p50_ms": round(ms[len(ms) // 2] * f, 4),
+                        "p90_ms": round(ms[int(len(ms) * 0.9)] * f, 4)}
+            draft, extend, other = 0.4 * s, (0.2 if s else 0.0), 0.3
+            al = k["tokens"] / k["requests"]
+            k.update(accept_len=round(al, 4),
+                     per_position=[None] * s,
+                     phases={"draft": ph(draft), "verify": ph(mean - draft - extend - other),
+                             "extend": ph(extend), "other": ph(other), "cycle": ph(mean)},
+                     per_stream_tok_s=round(al * 1000 / mean, 2),
+                     throughput_tok_s=round(k["tokens"] * 1000 / sum(ms), 2),
+                     parts=[[b, c, round(m, 4), t, r] for b, c, m, t, r in k["parts"].values()])
+            by_key[key] = k
+        rec = {"schema": "eagle3_prof/3", "window": self.window, "cycles": self.w_cycles, "mode": "events",
+               "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "sglang_version": "0.5.16", "route": "plugin",
+               "phases": {p: {"mean_ms": 1.0} for p in ("draft", "verify", "extend", "other", "cycle")},
+               "boundary": {"cycles": self.w_bound, "reasons": dict(self.w_reasons)},
+               "by_key": by_key,
+               "control": {"decider": "hold" if self.hold else None, "block": self.hold or None,
+                           "candidates": self.cands, "choices": self.choices}}
+        with open(self.out, "a") as fh:
+            fh.write(json.dumps(rec) + "\n")
+        self._reset()
+
+    def submit(self, n: int) -> Req:
+        r = Req(n)
+        r.done_tokens = 1  # the prefill's first token
+        r.remaining = n - 1
+        with self.lock:
+            self.active.append(r)
+            self.lock.notify_all()
+        return r
+
+
+ENGINE: Engine
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.0"
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _send(self, code: int, body: str) -> None:
+        data = body.encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:  # noqa: N802
+        if self.path == "/v1/models":
+            self._send(200, json.dumps({"object": "list", "data": [{"id": "standin-scan", "object": "model"}]}))
+        elif self.path in ("/health", "/health_generate"):
+            self._send(200, "")
+        else:
+            self._send(404, "{}")
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        if self.path != "/v1/chat/completions":
+            self._send(404, "{}")
+            return
+        n = int(body.get("max_tokens") or 16)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+
+        def emit(obj: dict[str, Any]) -> None:
+            obj.setdefault("object", "chat.completion.chunk")
+            self.wfile.write(f"data: {json.dumps(obj)}\n\n".encode())
+            self.wfile.flush()
+
+        def usage(done: int) -> dict[str, int]:
+            return {"prompt_tokens": 11, "completion_tokens": done, "total_tokens": 11 + done}
+
+        emit({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+        r = ENGINE.submit(n)
+        emit({"choices": [{"index": 0, "delta": {"content": " t"}}], "usage": usage(1)})
+        sent = 1
+        while True:
+            with r.cond:
+                while r.done_tokens == sent and not r.finished:
+                    r.cond.wait(1.0)
+                done, fin = r.done_tokens, r.finished
+            if done > sent:
+                emit({"choices": [{"index": 0, "delta": {"content": " t" * (done - sent)}}], "usage": usage(done)})
+                sent = done
+            if fin and sent >= done:
+                break
+        emit({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
+        if body.get("return_spec_tokens_details") and ENGINE.spec:
+            emit({"choices": [], "sglext": {"spec_tokens_details": {
+                "spec_verify_ct": r.verify + 1, "spec_accept_length": n / (r.verify + 1)}}})
+        emit({"choices": [], "usage": usage(n)})
+        self.wfile.write(b"data: [DONE]\n\n")
+
+
+def main() -> int:
+    global ENGINE
+    host, port = arg("--host", "127.0.0.1"), int(arg("--port", "30000") or 30000)
+    print(f"[standin-scan] argv: {' '.join(sys.argv[1:])}", flush=True)
+    ENGINE = Engine()
+    for s in ENGINE.cands if ENGINE.spec else []:
+        print(f"Capture cuda graph end. Time elapsed: 0.01 s. mem usage={0.1 * (s + 1):.2f} GB. "
+              f"avail mem=70.00 GB.", flush=True)
+    threading.Thread(target=ENGINE.loop, daemon=True).start()
+    httpd = ThreadingHTTPServer((host, port), Handler)
+    httpd.daemon_threads = True
+    print("The server is fired up and ready to roll!", flush=True)
+    httpd.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""scan: one server start, every candidate held in turn, per-key tables, refusals, Ctrl-C.
+
+What is faked and why: no GPU, so the server is tests/standins/standin_scan.py, a real subprocess
+started by the real server.Server from the argv and env the scan builds (the adaptive config, the
+start step, SGLANG_EAGLE3_HOLD, the probe file). It plays SGLang 0.5.16's adaptive states on a
+fixed cost model (cycle ms = 2.0 + 0.4 s + 0.05 b (s + 1); acceptance 0.8/0.6/0.4/...) and writes
+eagle3_prof/3 records the way the runtime half (branch scanrt) does. The release rules are read
+from the real pinned release trees. Table tests use recorded /3 sequences (no server).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from test_flags import write_model
+
+from sglang_eagle3_ext import cli, releases, scan
+from sglang_eagle3_ext.errors import UserError
+
+STANDINS = Path(__file__).parent / "standins"
+sys.path.insert(0, str(STANDINS))
+import standin_scan  # noqa: E402  (the cost model the expectations are computed from)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture()
+def models(tmp_path):
+    return (str(write_model(tmp_path / "target", "LlamaForCausalLM")),
+            str(write_model(tmp_path / "draft", "LlamaForCausalLMEagle3", num_hidden_layers=1,
+                            draft_vocab_size=512)))
+
+
+def _argv(models, out, *more, version="0.5.16", steps="0-3", conc="1,4"):
+    target, draft = models
+    return ["scan", "--sglang-root", str(releases.fetch(version)), "--model", target, "--draft", draft,
+            "--steps", steps, "--concurrency", conc, "--max-tokens", "40", "--block", "8",
+            "--min-cycles", "24", "--profile-every", "40", "--time-limit", "30", "--port", str(_free_port()),
+            "--timeout", "30", "--python", sys.executable, "--server-module", "standin_scan",
+            "--no-sglang-check", "--out", str(out), *more]
+
+
+@pytest.fixture()
+def on_path(monkeypatch):
+    from sglang_eagle3_ext import console
+
+    monkeypatch.setenv("PYTHONPATH", str(STANDINS))
+    monkeypatch.setattr(console.out, "width", 250)  # the tables unwrapped
+
+
+def test_scan_end_to_end_one_start(models, tmp_path, capsys, on_path):
+    out = tmp_path / "scan"
+    rc = cli.main(_argv(models, out, "--baseline", "--baseline-runs", "1"))
+    text = capsys.readouterr()
+    assert rc == 0, text.out + text.err
+    doc = scan.load(out)
+    assert doc["schema"] == "eagle3_scan/1" and doc["interrupted"] is False
+    assert doc["candidates"] == [0, 1, 2, 3] and doc["levels"] == [1, 4]
+    # one server start: the log shows the start step = the largest candidate, one tier
+    log = (out / "server.log").read_text()
+    assert log.count("[standin-scan] argv") == 1
+    assert "--speculative-num-steps 3" in log and "--speculative-adaptive" in log
+    assert json.loads((out / scan.CONFIG_NAME).read_text()) == {"1": {"candidate_steps": [0, 1, 2, 3]}}
+    main = {(c["steps"], c["bs"]): c for c in scan.main_cells(doc)}
+    for bs in (1, 4):
+        for s in range(4):
+            c = main[(s, bs)]
+            assert c["cycles"] >= 24, (s, bs, c["cycles"])
+            assert c["cycle_ms"] == pytest.approx(standin_scan.cycle_ms(s, bs), rel=1e-3)
+            assert c["accept_len"] == pytest.approx(standin_scan.expected_accept_len(s), rel=0.12)
+            assert len(c["per_position"]) == s
+            assert c["interval"]["per_stream_tok_s"] is not None
+    # the best per batch size is the fastest cell there (speculation beats step 0 on this cost model)
+    for bs in ("1", "4"):
+        fastest = max((c for c in scan.main_cells(doc) if c["bs"] == int(bs)), key=lambda c: c["per_stream_tok_s"])
+        assert doc["best"][bs]["steps"] == fastest["steps"] != 0
+    assert doc["baseline"]["1"]["source"] == "plain server"
+    assert doc["best"]["1"]["vs_baseline"] is not None
+    ad = doc["adaptive"]
+    assert Path(ad["path"]).is_file() and set(ad["tiers"]) == {"1", "4"}
+    assert ad["reasons"]["1"].startswith(f"best {doc['best']['1']['steps']} steps")
+    assert doc["client"]["1"]["per_stream_tok_s"] > 0 and doc["probe_mix"]["1"]["cycles"] > 0
+    assert (out / "ladder.json").is_file()
+    assert "step 0 (SGLang, not plain decoding)" in text.out
+    assert "ESTIMATED" in text.out and "outside twin" in text.out
+    assert "Adaptive config from these measurements" in text.out
+
+
+def test_ctrl_c_keeps_what_was_measured(models, tmp_path, capsys, on_path, monkeypatch):
+    """Ctrl-C during level 4: the server group is stopped, level 1 stays, interrupted: true."""
+    from sglang_eagle3_ext.commands import scan as cmd
+
+    seen = {}
+
+    def printer():
+        def show(p):
+            if p["level"] == 4:
+                raise KeyboardInterrupt
+        return show
+
+    monkeypatch.setattr(cmd, "_progress_printer", printer)
+    from sglang_eagle3_ext import server
+
+    real = server.Server.stop
+
+    def stop(self, *a, **k):
+        seen["pgid"] = self.pgid
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(server.Server, "stop", stop)
+    out = tmp_path / "scan"
+    rc = cli.main(_argv(models, out))
+    text = capsys.readouterr()
+    assert rc == 130, text.out + text.err
+    doc = scan.load(out)
+    assert doc["interrupted"] is True
+    assert {c["level"] for c in doc["cells"]} >= {1}
+    assert doc["client"]["1"]["per_stream_tok_s"] > 0
+    assert "interrupted" in text.out
+    import os
+
+    with pytest.raises(ProcessLookupError):
+        os.killpg(seen["pgid"], 0)
+
+
+@pytest.mark.parametrize("version,needle", [
+    ("0.5.12.post1", "cannot hold a step count"),
+    ("0.5.9", "has no adaptive speculation"),
+    ("0.4.10.post2", "has no adaptive speculation"),
+])
+def test_refused_on_releases_that_cannot_hold(models, tmp_path, capsys, version, needle):
+    rc = cli.main(_argv(models, tmp_path / "o", version=version))
+    e = capsys.readouterr().err
+    assert rc == 2 and needle in e and "sweep" in e, e
+    assert not (tmp_path / "o" / "scan.json").exists()
+
+
+def test_0513_has_no_step_0(models, tmp_path, capsys):
+    rc = cli.main(_argv(models, tmp_path / "o", version="0.5.13"))
+    e = capsys.readouterr().err
+    assert rc == 2 and "has no step 0" in e and "--steps 1,2,3" in e, e
+
+
+def test_preset_max_running_requests_below_top_level(models, tmp_path, capsys):
+    rc = cli.main(_argv(models, tmp_path / "o", "--", "--max-running-requests", "2"))
+    e = capsys.readouterr().err
+    assert rc == 2 and "--max-running-requests 2" in e and "below the top level 4" in e, e
+
+
+def test_parse_steps_and_merge_extra():
+    from sglang_eagle3_ext.commands.scan import merge_extra
+
+    assert scan.parse_steps("0-5") == [0, 1, 2, 3, 4, 5]
+    assert scan.parse_steps("1,3,2") == [1, 2, 3]
+    assert scan.parse_steps("0-2,4") == [0, 1, 2, 4]
+    for bad in ("3", "a-b", "5-1", "-1,2"):
+        with pytest.raises(UserError):
+            scan.parse_steps(bad)
+    assert merge_extra(["--a", "1", "--max-running-requests", "8", "--flag"], ["--max-running-requests", "32"]) == \
+        ["--a", "1", "--flag", "--max-running-requests", "32"]
