@@ -30,7 +30,6 @@ from typing import Any
 from .errors import UserError
 
 SPEC_FILE = "srt/speculative/adaptive_spec_params.py"
-RUNTIME_FILE = "srt/speculative/adaptive_runtime_state.py"
 
 
 @dataclass
@@ -185,34 +184,26 @@ def start_below_largest_crashes(version: tuple[int, ...]) -> bool:
     return (0, 5, 16) <= version < (0, 5, 17)
 
 
-def hold_support(package_dir: str | Path, version: str) -> tuple[ReleaseLoader, str | None]:
-    """(the release's loader, None) where one server can hold each candidate step count in turn;
-    UserError(2) with the reason (and what to use instead) where it cannot.
+def hold_support(env: Any) -> tuple[ReleaseLoader, str | None]:
+    """(the release's loader, a note or None) where one server can hold each candidate step count
+    in turn; UserError(2) with the reason (and what to use instead) where it cannot.
 
-    Holding needs the forward-side ``AdaptiveController.activate_step_by_batch`` (it sees the
-    batch about to run; the switch lands on that cycle), which 0.5.13 introduced with the tiers
-    format. 0.5.12.post1 has one EMA slot and switches only from the verify side, two batches late
-    (its KV slots of the running batch are sized from the current draft-token count): a held
-    block could not be tagged to the cycles that ran it, so it is refused too.
-    The second value is a note (e.g. 0.5.13 cannot hold step 0).
+    The verdict is the step-control runtime's own (stepctl.plan: the controller's methods read
+    from the tree's source): holding needs the forward-side ``activate_step_by_batch`` (0.5.13+);
+    0.5.12.post1 switches only after a verify, two batches late; older releases have no adaptive
+    runtime. Step 0 is asked of the release's own loader (0.5.16+).
     """
-    pkg = Path(package_dir)
-    if not (pkg / SPEC_FILE).is_file():
-        raise UserError(f"SGLang {version} has no adaptive speculation ({SPEC_FILE} is missing; it "
-                        f"first appears in 0.5.12): one server cannot switch step counts. Use "
-                        f"`sgl-eagle3 sweep` (one server per step count)", exit_code=2)
-    loader = release_loader(pkg)
-    runtime = pkg / RUNTIME_FILE
-    has_forward_side = runtime.is_file() and "def activate_step_by_batch" in runtime.read_text(
-        encoding="utf-8", errors="replace")
-    if loader.format != "tiers" or not has_forward_side:
-        raise UserError(f"SGLang {version} cannot hold a step count on a schedule: it has one adaptive "
-                        f"slot for every batch size and switches only after a verify, two batches late "
-                        f"(no AdaptiveController.activate_step_by_batch in {RUNTIME_FILE}), so held "
-                        f"cycles could not be told apart. Use SGLang 0.5.13+ (0.5.16+ for step 0), or "
-                        f"`sgl-eagle3 sweep` (one server per step count)", exit_code=2)
+    from . import stepctl
+
+    plan = stepctl.plan(env)
+    if not plan["ok"]:
+        raise UserError(str(plan["reason"]), exit_code=2)
+    loader = release_loader(env.package_dir)
+    if loader.format != "tiers":
+        raise UserError(f"SGLang {env.version}: its adaptive config has no tiers; one server cannot hold "
+                        f"step counts per batch size. Use `sgl-eagle3 sweep`", exit_code=2)
     note = None if loader.allows_zero else (
-        f"SGLang {version}'s loader refuses step 0 (positive candidate steps only; 0.5.16+ has a "
+        f"SGLang {env.version}'s loader refuses step 0 (positive candidate steps only; 0.5.16+ has a "
         f"0-step state)")
     return loader, note
 

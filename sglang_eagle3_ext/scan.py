@@ -132,41 +132,17 @@ class RecordTail:
 
 
 def merge_keys(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The records' ``by_key`` entries merged over windows (steady cycles only).
+    """The records' ``by_key`` entries merged over windows (profile_log.by_key_summary: steady
+    cycles only; counts add, phases merge cycle-weighted, ``parts`` merge by hold block id)."""
+    from .profile_log import by_key_summary
 
-    Counts add; phases merge cycle-weighted (profile_log.merge_phases); ``parts`` merge by block id
-    (a hold block may straddle two windows); accept_hist adds.
-    """
-    from .profile_log import merge_phases
-
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for r in records:
-        for k, v in (r.get("by_key") or {}).items():
-            if isinstance(v, dict):
-                groups.setdefault(k, []).append(v)
-    out: dict[str, dict[str, Any]] = {}
-    for k, parts in groups.items():
+    out = by_key_summary(records)
+    for k, v in out.items():  # keys whose head lacks a field: the key itself says it
         steps, topk, dt, bs, graph = parse_key(k)
-        blocks: dict[int, list[float]] = {}
-        for p in parts:
-            for row in p.get("parts") or []:
-                b = blocks.setdefault(int(row[0]), [0.0, 0.0, 0.0, 0.0])
-                for i in range(4):
-                    b[i] += float(row[i + 1])
-        hist: dict[int, int] = {}
-        for p in parts:
-            for n, c in (p.get("accept_hist") or {}).items():
-                hist[int(n)] = hist.get(int(n), 0) + int(c)
-        cycles = sum(int(p.get("cycles") or 0) for p in parts)
-        req = sum(int(p.get("requests") or 0) for p in parts)
-        tok = sum(int(p.get("tokens") or 0) for p in parts)
-        acc = sum(int(p.get("accepted_drafts") or 0) for p in parts)
-        phases = merge_phases([(p.get("phases"), float(p.get("cycles") or 0)) for p in parts])
-        out[k] = {"steps": steps, "topk": topk, "draft_tokens": dt, "bs": bs, "graph": graph,
-                  "cycles": cycles, "requests": req, "tokens": tok, "accepted_drafts": acc,
-                  "accept_hist": hist, "phases": phases,
-                  "per_position_windows": [(p.get("per_position"), int(p.get("cycles") or 0)) for p in parts],
-                  "parts": [[b, *v] for b, v in sorted(blocks.items())]}
+        v.setdefault("steps", steps)
+        for f, x in (("steps", steps), ("topk", topk), ("draft_tokens", dt), ("bs", bs)):
+            if v.get(f) is None:
+                v[f] = x
     return out
 
 
@@ -205,37 +181,21 @@ def _rate(tokens: float, requests: float, cycles: float, ms_sum: float) -> tuple
     return tokens / requests * 1000.0 / cyc, cyc
 
 
-def per_position(v: dict[str, Any]) -> list[float | None]:
-    from .probes.window import per_position_rates
-
-    if v["accept_hist"] and v["steps"] > 0:
-        return per_position_rates(v["accept_hist"], v["steps"])
-    wins = [(p, w) for p, w in v["per_position_windows"] if p and w]
-    out: list[float | None] = []
-    for i in range(v["steps"]):
-        pairs = [(p[i], w) for p, w in wins if i < len(p) and p[i] is not None]
-        tw = sum(w for _, w in pairs)
-        out.append(round(sum(x * w for x, w in pairs) / tw, 6) if tw else None)
-    return out
-
-
 def cell(v: dict[str, Any], level: int) -> dict[str, Any]:
-    """One (steps, batch size) cell of the scan document from a merged by_key entry."""
-    cyc_ms = ((v["phases"] or {}).get("cycle") or {}).get("mean_ms")
-    al = v["tokens"] / v["requests"] if v["requests"] else None
-    per_stream = al * 1000.0 / cyc_ms if (al and cyc_ms) else None
-    busy = sum(p[2] for p in v["parts"])
-    thr = v["tokens"] * 1000.0 / busy if busy else (per_stream * v["bs"] if per_stream else None)
-    blocks = [_rate(p[3], p[4], p[1], p[2]) for p in v["parts"]]
-    ps = [b[0] for b in blocks if b[0] is not None]
-    cm = [b[1] for b in blocks if b[1] is not None]
+    """One (steps, batch size) cell of the scan document from a merged by_key entry; its interval
+    is over the key's hold blocks (profile_log.part_rates)."""
+    from .profile_log import part_rates
+
+    cyc_ms = ((v.get("phases") or {}).get("cycle") or {}).get("mean_ms")
+    blocks = part_rates(v.get("parts") or [])
+    ps = [b["per_stream_tok_s"] for b in blocks if b["per_stream_tok_s"] is not None]
+    cm = [b["cycle_ms"] for b in blocks if b["cycle_ms"] is not None]
     return {"steps": v["steps"], "topk": v["topk"], "draft_tokens": v["draft_tokens"], "bs": v["bs"],
-            "graph": v["graph"], "level": level, "cycles": v["cycles"], "blocks": len(v["parts"]),
-            "requests": v["requests"], "tokens": v["tokens"],
-            "cycle_ms": round(cyc_ms, 4) if cyc_ms else None, "phases": v["phases"],
-            "accept_len": round(al, 4) if al else None, "per_position": per_position(v),
-            "per_stream_tok_s": round(per_stream, 2) if per_stream else None,
-            "throughput_tok_s": round(thr, 2) if thr else None,
+            "graph": v.get("graph"), "level": level, "cycles": v["cycles"], "blocks": len(blocks),
+            "requests": v.get("requests"), "tokens": v.get("tokens"),
+            "cycle_ms": round(cyc_ms, 4) if cyc_ms else None, "phases": v.get("phases"),
+            "accept_len": v.get("accept_len"), "per_position": v.get("per_position") or [],
+            "per_stream_tok_s": v.get("per_stream_tok_s"), "throughput_tok_s": v.get("throughput_tok_s"),
             "interval": {"per_stream_tok_s": t_interval(ps), "cycle_ms": t_interval(cm),
                          "basis": f"95 % t-interval of the mean over {len(ps)} hold block(s)"}}
 
@@ -247,7 +207,7 @@ def probe_mix(records: list[dict[str, Any]]) -> dict[str, Any] | None:
     cycles = sum(v["cycles"] for v in merged.values())
     if not cycles:
         return None
-    ms = sum(sum(p[2] for p in v["parts"]) for v in merged.values())
+    ms = sum(sum(p[2] for p in v.get("parts") or []) for v in merged.values())
     tok = sum(v["tokens"] for v in merged.values())
     req = sum(v["requests"] for v in merged.values())
     ps, cyc = _rate(tok, req, cycles, ms)
@@ -424,14 +384,13 @@ class LevelState:
     stop_reason: str | None = None
 
 
-def _hold_env(block: int, candidates: list[int]) -> dict[str, str]:
+def hold_env(block: int, candidates: list[int]) -> dict[str, str]:
+    """The plugin's hold schedule: blocks of ``block`` cycles, the candidates largest first (the
+    server starts at the largest, so block 0 needs no switch; hold.py rotates forth and back)."""
     from . import settings
 
-    hold = getattr(settings, "HOLD", None)            # declared by the scan runtime (scanrt)
-    steps = getattr(settings, "HOLD_STEPS", None)
-    h = hold.name if hold is not None else "SGLANG_EAGLE3_" + "HOLD"
-    s = steps.name if steps is not None else h + "_STEPS"
-    return {h: str(block), s: ",".join(map(str, candidates))}
+    return {settings.HOLD.name: str(block),
+            settings.HOLD_STEPS.name: ",".join(map(str, sorted(candidates, reverse=True)))}
 
 
 def new_document(opts: ScanOptions, version: str, cfg: Any) -> dict[str, Any]:

@@ -53,7 +53,8 @@ def _argv(models, out, *more, version="0.5.16", steps="0-3", conc="1,4"):
 def on_path(monkeypatch):
     from sglang_eagle3_ext import console
 
-    monkeypatch.setenv("PYTHONPATH", str(STANDINS))
+    # the stand-in runs the real hold decider (hold.py) of this worktree
+    monkeypatch.setenv("PYTHONPATH", f"{STANDINS}:{Path(__file__).resolve().parents[1]}")
     monkeypatch.setattr(console.out, "width", 250)  # the tables unwrapped
 
 
@@ -76,7 +77,8 @@ def test_scan_end_to_end_one_start(models, tmp_path, capsys, on_path):
             c = main[(s, bs)]
             assert c["cycles"] >= 24, (s, bs, c["cycles"])
             assert c["cycle_ms"] == pytest.approx(standin_scan.cycle_ms(s, bs), rel=1e-3)
-            assert c["accept_len"] == pytest.approx(standin_scan.expected_accept_len(s), rel=0.12)
+            # ~30 seeded draws per key at one stream: acceptance within 4 standard errors
+            assert c["accept_len"] == pytest.approx(standin_scan.expected_accept_len(s), rel=0.25)
             assert len(c["per_position"]) == s
             assert c["interval"]["per_stream_tok_s"] is not None
     # the best per batch size is the fastest cell there (speculation beats step 0 on this cost model)
@@ -133,9 +135,9 @@ def test_ctrl_c_keeps_what_was_measured(models, tmp_path, capsys, on_path, monke
 
 
 @pytest.mark.parametrize("version,needle", [
-    ("0.5.12.post1", "cannot hold a step count"),
-    ("0.5.9", "has no adaptive speculation"),
-    ("0.4.10.post2", "has no adaptive speculation"),
+    ("0.5.12.post1", "switches only from the verify side"),
+    ("0.5.9", "has no adaptive speculative runtime"),
+    ("0.4.10.post2", "has no adaptive speculative runtime"),
 ])
 def test_refused_on_releases_that_cannot_hold(models, tmp_path, capsys, version, needle):
     rc = cli.main(_argv(models, tmp_path / "o", version=version))

@@ -111,7 +111,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
 
     preset, given = _split_words(args)
     env = locate(getattr(args, "sglang_root", None))
-    loader, note = adaptive_format.hold_support(env.package_dir, env.version)
+    loader, note = adaptive_format.hold_support(env)
     cands = scan.parse_steps(args.scan_steps)
     if 0 in cands and not loader.allows_zero:
         raise UserError(f"--steps {args.scan_steps}: SGLang {env.version} has no step 0 (its loader, "
@@ -161,7 +161,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
                                  profile_every=args.profile_every, log=str(out_dir / "server.log"),
                                  name=f"{name}-scan")
     cfg.extra_args = extra
-    cfg.env = {**cfg.env, **scan._hold_env(args.block, cands)}
+    cfg.env = {**cfg.env, **scan.hold_env(args.block, cands)}
     check = False if args.no_sglang_check else None
     notes += flags.validate(cfg, env, sglang_check=check)
     plain = None

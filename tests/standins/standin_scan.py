@@ -9,8 +9,8 @@ runs batched "cycles" on a fixed cost model instead of a model:
     cycle ms (steps s, batch b) = 2.0 + 0.4 s + 0.05 b (s + 1)          (plain server: 1.8 + 0.04 b)
     conditional acceptance per draft position = 0.8, 0.6, 0.4, 0.3, 0.2 (seeded draws)
 
-The hold schedule is a pure function of per-batch-size cycle counts (block = count // HOLD;
-steps = candidates[block % n]), the cycle after a switch and cycles next to a join/leave are
+The hold schedule is the plugin's real decider (sglang_eagle3_ext/hold.py HoldDecider, fed each
+cycle's batch size like the activate_step_by_batch hook; graph-size padding left out), the cycle after a switch and cycles next to a join/leave are
 boundary cycles, and every EAGLE3_PROFILE_EVERY cycles one eagle3_prof/3 record is appended with
 ``by_key`` (steady cycles per key, ``parts`` per hold block) and ``control``. Phase times are the
 cost model's (as GPU timers would report), split draft 0.4 s / verify / extend 0.2 / other 0.3.
@@ -77,6 +77,11 @@ class Engine:
         order = os.environ.get("SGLANG_EAGLE3_HOLD_STEPS")
         self.cands = [int(x) for x in order.split(",")] if order else (cands or [start])
         self.hold = int(os.environ.get("SGLANG_EAGLE3_HOLD") or 0)
+        self.decider = None
+        if self.hold and self.spec:  # the plugin's real hold decider (sglang_eagle3_ext/hold.py)
+            from sglang_eagle3_ext.hold import HoldDecider, candidates_for
+
+            self.decider = HoldDecider(self.hold, candidates_for(cands, self.cands))
         self.out = os.environ.get("EAGLE3_PROFILE_OUT") if os.environ.get("EAGLE3_PROFILE") == "1" else None
         self.every = int(os.environ.get("EAGLE3_PROFILE_EVERY") or 100)
         self.slow = float(os.environ.get("STANDIN_SCAN_SLOW") or 1.0)
@@ -102,10 +107,10 @@ class Engine:
         self.bs_cycles[bs] = n + 1
         if not self.spec:
             return None, -1
-        if not self.hold:
+        if self.decider is None:
             return self.current, -1
-        block = n // self.hold
-        return self.cands[block % len(self.cands)], block
+        steps = self.decider.choose(bs, self.current, self.cands)
+        return steps, int(self.decider.block or 0)
 
     def accepted(self, steps: int) -> int:
         """Seeded (repeatable) draws against each position's conditional rate."""
@@ -141,6 +146,7 @@ class Engine:
                 t = min(a + 1, r.remaining)
                 toks.append(t)
                 accs.append(a)
+            accs = [t - 1 for t in toks]  # a request at its last token accepts only what it needs
             for r, t in zip(batch, toks, strict=True):
                 with r.cond:
                     r.new = False
