@@ -1,0 +1,157 @@
+"""H200 runs for the one-start scan and the run-time policy (issues 22 and 25), one plan per call.
+
+Built on tools/gpu/campaign.py (model builds, staggered server starts, our own sweep over
+pre-started servers, /metrics scrapes, a hard stop that always packs what exists):
+
+- ``scan-8b``: static servers (plain, 2 and 5 steps) started first and left idle, then
+  ``sgl-eagle3 scan`` (steps 0..5 at 1 / 8 / 32 streams in one start), then the static servers
+  benched at the same loads: every scan cell beside a separately started server, same machine,
+  same day.
+- ``adapt-8b``: servers that choose the step count at run time on the same model: SGLang's EMA
+  with its default tiers, the EMA with the tiers our scan wrote, our policy (``launch --policy``
+  on the scan's table), and the best static step count; each benched at steady loads and on a
+  transition workload.
+- ``moe``: scan 0..4 at 1 / 8 streams on the MoE shape, beside a plain server.
+
+    tools/gpu/run.sh python3 tools/gpu/scan_campaign.py --plan scan-8b --out $OUT
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import campaign as C  # noqa: E402
+import yaml  # noqa: E402
+
+from sglang_eagle3_ext import server, sweep  # noqa: E402
+
+P08 = ["--shape", "llama3-8b", "--acceptance", "0.8"]
+MOE = ["--shape", "moe", "--acceptance", "0.8"]
+
+
+REHEARSE = False  # CPU: reduced shapes, stand-in servers (tests/standins), same plumbing
+SMALL = ["--layers", "4", "--hidden", "256", "--heads", "4", "--kv-heads", "2", "--head-dim", "64",
+         "--intermediate", "256", "--vocab", "4096", "--draft-vocab", "1024", "--device", "cpu"]
+
+
+def build(models: dict[str, list[str]], out: Path) -> None:
+    C.build({k: [*v, *SMALL] if REHEARSE else v for k, v in models.items()}, out)
+
+
+def scan_cmd(models: str, steps: str, conc: str, out: Path, port: int, *, bs: int,
+             extra: list[str] = (), min_cycles: int = 256) -> list[str]:
+    stand = ["--python", sys.executable, "--server-module", "standin_scan"] if REHEARSE else []
+    return [*C.CLI, "scan", *stand, "--model", str(C.WORK / models / "target"), "--draft", str(C.WORK / models / "draft"),
+            "--steps", steps, "--concurrency", conc, "--max-tokens", "256", "--block", "32",
+            "--min-cycles", str(min_cycles), "--time-limit", "75", "--out", str(out), "--port", str(port),
+            "--timeout", "420", "--no-sglang-check", "--",
+            *C.BASE_ARGS, "--max-running-requests", str(bs), "--cuda-graph-max-bs-decode", str(bs),
+            "--max-total-tokens", str(max(8192, bs * 640)), *extra]
+
+
+def scan_env() -> dict[str, str]:
+    """The stand-in scan server runs this checkout's real hold decider (rehearsal only)."""
+    if not REHEARSE:
+        return {}
+    return {"PYTHONPATH": f"{C.REPO / 'tests' / 'standins'}:{C.REPO}"}
+
+
+def specs_for(groups: list[dict[str, Any]], out: Path, port: int) -> tuple[list[sweep.SweepSpec], list[Any]]:
+    specs, cfgs = [], []
+    for g in groups:
+        (out / g["name"]).mkdir(parents=True, exist_ok=True)
+        path = out / g["name"] / "sweep.yaml"
+        path.write_text(yaml.safe_dump(g, sort_keys=False))
+        spec = sweep.load_spec(path)
+        specs.append(spec)
+        for c in spec.configs:
+            cfg = sweep.launch_config(spec, c, out / g["name"] / "configs" / c.slug)
+            cfg = server.override(cfg, port=port)
+            if REHEARSE:
+                cfg = server.override(cfg, server_module="standin_openai",
+                                      extra_args=[*cfg.extra_args, "--interval-ms", "2", "--spec", "metrics"],
+                                      env={**cfg.env, "PYTHONPATH": str(C.REPO / "tests")})
+            cfgs.append(cfg)
+            port += 1
+    return specs, cfgs
+
+
+def bench_groups(specs: list[sweep.SweepSpec], started: dict[str, server.Server], out: Path) -> None:
+    for spec in specs:
+        sweep.run_sweep(spec, out / spec.name, factory=lambda cfg, _r: C.Prestarted(started[cfg.name]), log=C.log)
+        for c in spec.configs:
+            sv = started.get(f"{spec.name}-{c.slug}")
+            if sv is not None and sv.is_running():
+                C.scrape(sv, out / spec.name / "configs" / c.slug / "metrics.txt")
+
+
+def plan_scan_8b(out: Path) -> dict[str, server.Server]:
+    build({"8b": P08}, out)
+    specs, cfgs = specs_for([C.group("static", "8b", "draft", [0, 2, 5], [1, 8, 32])], out, 31000)
+    started = C.start_all(cfgs, stagger=90)
+    C.run(scan_cmd("8b", "0-5", "1,8,32", out / "scan", 31100, bs=32), out / "scan.txt", timeout=330,
+          env=scan_env())
+    bench_groups(specs, started, out)
+    return started
+
+
+PLANS = {"scan-8b": plan_scan_8b}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--plan", required=True, choices=sorted(PLANS))
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--hard-stop", type=float, default=565)
+    ap.add_argument("--rehearse", action="store_true", help="CPU: reduced shapes and stand-in servers")
+    a = ap.parse_args()
+    global REHEARSE
+    if a.rehearse:
+        REHEARSE = True
+        C.WORK = Path(a.out) / "work"
+    out = Path(a.out) / a.plan
+    out.mkdir(parents=True, exist_ok=True)
+
+    def hard_stop(_sig: int, _frame: Any) -> None:
+        raise KeyboardInterrupt(f"hard stop at {a.hard_stop:.0f} s")
+
+    signal.signal(signal.SIGALRM, hard_stop)
+    signal.alarm(int(a.hard_stop))
+    C.WORK.mkdir(parents=True, exist_ok=True)
+    C.run(["nvidia-smi", "--query-gpu=name,memory.used,memory.total,clocks.sm", "--format=csv"],
+          out / "nvidia-smi.txt")
+    started: dict[str, server.Server] = {}
+    t0 = time.monotonic()
+    try:
+        started = PLANS[a.plan](out)
+    except KeyboardInterrupt as exc:
+        C.log(f"interrupted: {exc}")
+    finally:
+        signal.alarm(0)
+        for sv in started.values():
+            try:
+                sv.stop(grace=5)
+            except Exception:  # noqa: BLE001
+                pass
+        for f in out.rglob("*.log"):  # keep logs small: head and tail
+            lines = f.read_text(errors="replace").splitlines()
+            if len(lines) > 300:
+                f.write_text("\n".join(lines[:100] + ["[...]"] + lines[-200:]) + "\n")
+        (out / "wall.json").write_text(json.dumps({"plan": a.plan, "wall_s": time.monotonic() - t0}))
+        with tarfile.open(Path(a.out) / f"{a.plan}.tar.gz", "w:gz") as tf:
+            tf.add(out, arcname=a.plan)
+        C.log("packed")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
