@@ -190,3 +190,19 @@ def test_records_round_trip_v3_and_older_still_read(tmp_path):
     run = profile_log.load(tmp_path / "prof.jsonl")
     s = profile_log.summarize(run)
     assert "s3.k1.d4.b2.g" in s["by_key"] and s["control"]["choices"] == {"2": {"3": 3}}
+
+
+def test_profile_shows_which_steps_ran_at_which_batch_size(tmp_path, capsys):
+    """SGLang's own adaptive mode switching 3 -> 1 at batch size 2: `profile` says what ran where."""
+    from sglang_eagle3_ext import cli
+
+    ctrl = FakeController(built=(1, 3), start=3)
+    clock = _start(tmp_path, 100)
+    pending = _run(ctrl, clock, 3, last=False)
+    ctrl._activate(1)
+    _run(ctrl, clock, 1, pending=pending)
+    probes.flush()
+    assert cli.main(["profile", str(tmp_path / "prof.jsonl")]) == 0
+    out = capsys.readouterr().out
+    assert "Step counts run per batch size" in out
+    assert "1: 1 (25%), 3: 3 (75%)" in out and "SGLang (its own adaptive rule" in out
