@@ -89,6 +89,7 @@ def test_hold_settings_and_refusals():
 class FakeWorker:
     def __init__(self, steps: int) -> None:
         self.speculative_num_steps = steps
+        self.speculative_num_draft_tokens = steps + 1
 
 
 class FakeController:
@@ -103,8 +104,9 @@ class FakeController:
         self.ema_calls = 0
 
     def _activate(self, steps: int) -> None:
-        self.switches.append(steps)
+        self.switches.append(steps)  # what apply_runtime_state sets (topk 1: draft tokens = steps + 1)
         self.worker.speculative_num_steps = steps
+        self.worker.speculative_num_draft_tokens = steps + 1
 
     # what SGLang's own methods would do: the hooks must not call them while a decider holds
     def activate_step_by_batch(self, batch_size: int) -> None:
