@@ -169,6 +169,7 @@ def test_a_retracted_batch_does_not_shift_the_counts(tmp_path):
         probes.tag_cycle(2, 1, 3, bs, False, -1)
         clock.ms(10)
         probes.cycle_end()
+    probes.record_accept([], bonus_included=False)  # an empty verify belongs to no cycle
     probes.record_accept([1, 1], bonus_included=False)  # the bs-2 cycle's counts
     probes.cycle_begin()
     rec = probes.flush()
