@@ -1,0 +1,343 @@
+"""The throughput policy (issue 25): decider rules, rank agreement, refusals, `launch --policy`.
+
+What is faked and why: no GPU and no SGLang server here, so the decider is fed synthetic decode
+cycles (batch sizes and per-request accept counts, as the step-control hooks would pass them)
+from the committed sample scans under tests/data/policy/ (scan-h200-8b-p08.json = the H200
+round-3 probe records as a scan table, benchmarks/policy_sim.py make_scan_from_sweep). SGLang's
+EMA rule of the simulator is checked against the real 0.5.16 source, executed from the pinned
+tree. Launch tests are dry runs against the pinned release trees (``--sglang-root``).
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import json
+import logging
+import random
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+from test_flags import write_model
+
+from sglang_eagle3_ext import cli, policy, releases
+
+DATA = REPO / "tests" / "data" / "policy"
+H200 = DATA / "scan-h200-8b-p08.json"
+sys.path.insert(0, str(REPO / "benchmarks"))
+import policy_sim  # noqa: E402
+
+
+def _doc() -> dict:
+    return json.loads(H200.read_text())
+
+
+def _table(doc: dict | None = None) -> policy.ScanTable:
+    return policy.table_from_doc(doc or _doc(), source="t")
+
+
+def _cell(steps: int, bs: int, ms: float, rate: float = 0.8) -> dict:
+    return {"steps": steps, "bs": bs, "cycle_ms": ms, "cycles": 100,
+            "accept_len": policy.expected_tokens([rate] * steps, steps), "per_position": [rate] * steps}
+
+
+def _scan(cells: list[dict]) -> dict:
+    return {"schema": policy.SCHEMA, "cells": cells}
+
+
+def _events(n: int, seed: int = 3) -> list[tuple[int, list[int]]]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        bs = rng.choice([1, 3, 8, 17, 32, 40, 64])
+        out.append((bs, [rng.randint(0, 5) for _ in range(bs)]))
+    return out
+
+
+def _drive(dec: policy.PolicyDecider, events, built=(0, 1, 2, 3, 4, 5)) -> list[int]:
+    """The hooks' order: choose before the forward, observe the previous cycle's result (overlap)."""
+    chosen, pending, current = [], None, max(built)
+    for bs, correct in events:
+        if pending:
+            dec.observe(*pending)
+        s = dec.choose(bs, current, list(built))
+        chosen.append(s)
+        current = s
+        pending = ([min(c, s) for c in correct], bs, s)
+    return chosen
+
+
+# ------------------------------------------------------------------ the table
+
+
+def test_table_from_the_h200_scan():
+    t = _table()
+    assert t.candidates == [0, 1, 2, 3, 4, 5]
+    assert len(t.prior) == 5 and all(0.75 < p < 0.95 for p in t.prior)
+    # measured points come back exactly (1, 8, 32 are CUDA-graph sizes under speculation)
+    assert t.cycle_ms(5, 8) == pytest.approx(8.2004)
+    # padding: a batch of 7 runs the graph of 7 (1..8 are all capture sizes); 9 runs the one of 10
+    assert policy.pad_batch(7, t.graph_bs) == 7 and policy.pad_batch(9, t.graph_bs) == 10
+    assert policy.pad_batch(33, t.graph_bs) == 40 and policy.pad_batch(999, t.graph_bs) == 999
+    # between measured sizes: linear; beyond: extrapolated from the last two, never falling
+    mid = t.cycle_ms(3, 20)
+    assert t.cycle_ms(3, 8) < mid < t.cycle_ms(3, 32)
+    assert t.cycle_ms(3, 64) > t.cycle_ms(3, 32)
+    assert t.cycle_ms(3, 1) == t.cycle_ms(3, 1)
+    assert t.cycle_ms(7, 8) is None
+
+
+def test_capture_sizes_mirror_the_release_source():
+    """default_cuda_graph_bs == the spec branch of 0.5.16 server_args.py, run from its source."""
+    src = (releases.fetch("0.5.16") / "sglang" / "srt" / "server_args.py").read_text()
+    fn = next(n for n in ast.walk(ast.parse(src)) if isinstance(n, ast.FunctionDef)
+              and n.name == "_generate_decode_cuda_graph_batch_sizes")
+    ns: dict = {}
+    exec(compile(ast.Module(body=[fn], type_ignores=[]), "server_args.py", "exec"), ns)  # noqa: S102
+
+    class _Args:
+        disable_cuda_graph_padding = False
+        speculative_algorithm = "EAGLE3"
+
+    for max_bs in (8, 32, 160, 256, 512):
+        assert policy.default_cuda_graph_bs(max_bs) == ns["_generate_decode_cuda_graph_batch_sizes"](_Args(), max_bs)
+
+
+@pytest.mark.parametrize("mutate,needle", [
+    (lambda d: d.update(schema="eagle3_sweep/1"), "not a scan result"),
+    (lambda d: d.update(cells=[]), "no cells"),
+    (lambda d: d["cells"][0].update(cycle_ms=-1), "not positive"),
+    (lambda d: d["cells"][0].update(steps="3"), "not a step count"),
+    (lambda d: d["cells"][0].update(bs=0), "not a batch size"),
+    (lambda d: d["cells"][3].update(per_position=[0.5, 1.5]), "in [0, 1]"),
+    (lambda d: d["cells"][3].update(accept_len=9.0), "outside [1, steps + 1]"),
+    (lambda d: d.update(cells=[c for c in d["cells"] if c["steps"] == 0]), "only step 0"),
+])
+def test_bad_scan_files_one_line(mutate, needle):
+    d = copy.deepcopy(_doc())
+    mutate(d)
+    with pytest.raises(ValueError, match=None) as ei:
+        policy.table_from_doc(d, source="x.json")
+    msg = str(ei.value)
+    assert needle in msg and "\n" not in msg and msg.startswith("x.json")
+    dec, why = policy.from_file("/nonexistent/scan.json")
+    assert dec is None and "cannot be read" in why
+
+
+# ------------------------------------------------------------------ the decider
+
+
+def test_rank_agreement():
+    """Two ranks fed the same events decide alike, cycle by cycle; reading the report (rank 0
+    writes records) changes nothing."""
+    ev = _events(3000)
+    a, b = policy.PolicyDecider(_table()), policy.PolicyDecider(_table())
+    ca = _drive(a, ev)
+    for i in range(0, 3000, 100):   # rank 0 takes a window now and then, rank 1 never
+        a.take_window()
+    cb = _drive(b, ev)
+    assert ca == cb
+    a2 = policy.PolicyDecider(_table())
+    chosen = []
+    pending, cur = None, 5
+    for n, (bs, correct) in enumerate(ev):
+        if pending:
+            a2.observe(*pending)
+        s = a2.choose(bs, cur, [0, 1, 2, 3, 4, 5])
+        if n % 97 == 0:
+            a2.take_window()
+        chosen.append(s)
+        cur = s
+        pending = ([min(c, s) for c in correct], bs, s)
+    assert chosen == ca
+    assert a.rates() == b.rates() == a2.rates()
+
+
+def test_picks_the_table_best_and_follows_acceptance():
+    t = _table()
+    dec = policy.PolicyDecider(t, explore_every=0)
+    # the H200 table with its own acceptance: 5 steps at every load (the sweep agrees)
+    assert {dec.choose(bs, 5, [0, 1, 2, 3, 4, 5]) for bs in (1, 8, 32, 64)} == {5}
+    # drafts that never get past position 1: after enough verifies, 1 step wins at every load
+    for _ in range(400):
+        dec.observe([0] * 8, 8, 5)
+    for _ in range(200):
+        got = {bs: dec.choose(bs, 5, [0, 1, 2, 3, 4, 5]) for bs in (1, 8, 32)}
+    assert set(got.values()) == {1}, got
+
+
+def test_hysteresis_and_dwell():
+    """Two candidates whose rates cross: no switch inside the dwell, none for a gain <= h %."""
+    cells = [_cell(1, 8, 10.0), _cell(2, 8, 10.0 * 1.8 / 1.0)]   # 2 steps: 1.8x the cost
+    t = policy.table_from_doc(_scan(cells))
+    # at rate 0.8: E1 = 1.8 -> 0.18 /ms; E2 = 2.44 / 18 = 0.1356: 1 step wins
+    dec = policy.PolicyDecider(t, explore_every=0, min_dwell=50, hysteresis_pct=5.0, prior_weight=1)
+    assert dec.choose(8, 2, [1, 2]) == 1
+    # now every draft is accepted: E1 = 2, E2 = 3 -> 0.2 vs 0.1667: 1 still wins (no switch)
+    for _ in range(100):
+        dec.observe([2] * 8, 8, 2)
+    assert dec.choose(8, 1, [1, 2]) == 1
+    # cost table where 2 steps beats 1 by 4 % at full acceptance: under h = 5 % it never switches
+    cells = [_cell(1, 8, 10.0), _cell(2, 8, 14.42)]                # 3 / 14.42 = 0.208 vs 0.2 (+4 %)
+    dec = policy.PolicyDecider(policy.table_from_doc(_scan(cells)), explore_every=0, min_dwell=5,
+                               hysteresis_pct=5.0, prior_weight=1)
+    assert dec.choose(8, 1, [1, 2]) == 1
+    for _ in range(200):
+        dec.observe([2] * 8, 8, 2)
+    assert all(dec.choose(8, 1, [1, 2]) == 1 for _ in range(50))
+    # h = 2 %: it switches, but only once the dwell of 5 cycles has passed
+    dec = policy.PolicyDecider(policy.table_from_doc(_scan(cells)), explore_every=0, min_dwell=5,
+                               hysteresis_pct=2.0, prior_weight=1)
+    assert dec.choose(8, 1, [1, 2]) == 1          # cycle 1: the prior (0.8) says 1 step
+    for _ in range(200):
+        dec.observe([2] * 8, 8, 2)
+    seq = [dec.choose(8, 1, [1, 2]) for _ in range(8)]
+    assert seq == [1, 1, 1, 1, 2, 2, 2, 2], seq   # dwell: cycles 2..5 still 1, then 2
+    assert dec.summary()["policy"]["switches"] == 1
+
+
+def test_exploration_is_deterministic_and_rare():
+    """Every K-th cycle of a tier runs the next larger candidate; the tier's choice stays."""
+    t = _table()
+    dec = policy.PolicyDecider(t, explore_every=10)
+    for _ in range(2000):                            # make 2 steps the choice: position 3+ rejected
+        dec.observe([2] * 8, 8, 5)
+    seq = [dec.choose(8, 2, [1, 2, 3, 4, 5]) for _ in range(40)]
+    base = max(set(seq), key=seq.count)
+    assert [i for i, s in enumerate(seq) if s != base] == [9, 19, 29, 39]
+    assert {seq[i] for i in (9, 19, 29, 39)} == {base + 1}
+    # per tier: another batch size has its own count
+    other = [dec.choose(32, 2, [1, 2, 3, 4, 5]) for _ in range(10)]
+    assert other[9] != other[0] and other[:9] == [other[0]] * 9
+    ex = dec.summary()["policy"]["explore"]
+    assert sum(ex["8"].values()) == 4 and sum(ex["32"].values()) == 1
+    # at the largest candidate there is nothing larger to explore
+    dec2 = policy.PolicyDecider(t, explore_every=5)
+    assert set(dec2.choose(1, 5, [3, 4, 5]) for _ in range(20)) == {5}
+
+
+def test_step_zero_only_where_the_table_says_it_beats_one():
+    # bs 1: 0 steps 5 ms (0.2 /ms) vs 1 step 1.8 / 6 = 0.3 -> 0 not allowed
+    # bs 64: 0 steps 10 ms (0.1) vs 1 step 1.8 / 20 = 0.09 -> 0 allowed
+    cells = [_cell(0, 1, 5.0), _cell(1, 1, 6.0), _cell(0, 64, 10.0), _cell(1, 64, 20.0)]
+    t = policy.table_from_doc(_scan(cells))
+    assert not t.zero_allowed(1) and t.zero_allowed(64)
+    dec = policy.PolicyDecider(t, explore_every=0, prior_weight=1)
+    assert dec.choose(64, 1, [0, 1]) == 0
+    # even when online acceptance collapses, bs 1 never goes to 0: the table says 1 beats it
+    for _ in range(500):
+        dec.observe([0], 1, 1)
+    assert all(dec.choose(1, 1, [0, 1]) == 1 for _ in range(100))
+    # the H200 table: step 0 (SGLang's 0-step state) never beats 1 step
+    h = _table()
+    assert not any(h.zero_allowed(bs) for bs in (1, 8, 32, 64, 128))
+
+
+def test_never_raises_into_sglang(capsys):
+    dec = policy.PolicyDecider(_table())
+    assert dec.choose(8, 3, [7, 9]) == 3 or dec.choose(8, 3, [7, 9]) in (7, 9)   # none costed: hold
+    dec.observe(["x"], 8, 3)                          # bad input: warned, not raised
+    assert dec.choose("?", 3, [1, 3]) == 3            # type: ignore[arg-type]
+    assert "EAGLE3 warning" in capsys.readouterr().err
+
+
+def test_control_record_shape():
+    dec = policy.PolicyDecider(_table(), explore_every=4)
+    _drive(dec, _events(200))
+    w = dec.take_window()
+    assert w["decider"] == "policy" and w["candidates"] == [0, 1, 2, 3, 4, 5]
+    assert sum(n for d in w["choices"].values() for n in d.values()) == 200
+    exp = w["policy"]["expected_per_stream_tok_s"]
+    assert set(exp) <= set(w["choices"]) and all(v > 0 for d in exp.values() for v in d.values())
+    assert dec.take_window()["choices"] == {}         # a window holds only its own cycles
+    assert sum(n for d in dec.summary()["choices"].values() for n in d.values()) == 200
+
+
+# ------------------------------------------------------------------ the simulator
+
+
+def test_sim_ema_rule_matches_the_0_5_16_source():
+    """The simulator's EMA slot == 0.5.16 AdaptiveStepSlot run from its source, step for step."""
+    src_path = releases.fetch("0.5.16") / "sglang" / "srt" / "speculative" / "adaptive_spec_params.py"
+    tree = ast.parse(src_path.read_text())
+    keep = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "AdaptiveStepSlot"]
+    ns = {"math": __import__("math"), "logger": logging.getLogger("t"),
+          "log_info_on_rank0": lambda *a, **k: None}
+    exec(compile(ast.Module(body=keep, type_ignores=[]), str(src_path), "exec"), ns)  # noqa: S102
+    rng = random.Random(5)
+    for cfg in policy_sim.SGLANG_0516_DEFAULTS.values():
+        real, ours = ns["AdaptiveStepSlot"](7, dict(cfg)), policy_sim.EmaSlot(7, dict(cfg))
+        for _ in range(600):
+            correct = [rng.choice([0, 0, 1, 2, 3, 5, 7]) for _ in range(rng.randint(1, 8))]
+            assert real.update(correct) == ours.update(correct)
+            assert real.current_steps == ours.current_steps
+            assert real.ema_accept_len == ours.ema_accept_len
+
+
+def test_sim_figures_deterministic_and_policy_holds_up():
+    """No timed assert: the simulated tok/s are a pure function of the table and the seed. On the
+    synthetic shape the policy is within 1 % of the best static at each steady load and above
+    SGLang's default tiers; the figures are printed by benchmarks/policy_sim.py."""
+    a = policy_sim.run("synthetic", 600)
+    assert a == policy_sim.run("synthetic", 600)
+    for name in ("steady 1", "steady 32", "steady 64"):
+        w = a["workloads"][name]
+        assert w["policy_vs_best_static_pct"] > -1.0, (name, w["policy_vs_best_static_pct"])
+        assert w["policy_vs_defaults_pct"] >= 0.0
+
+
+# ------------------------------------------------------------------ launch --policy
+
+
+@pytest.fixture()
+def models(tmp_path, monkeypatch):
+    monkeypatch.setenv("SGLANG_EAGLE3_CACHE", str(tmp_path / "cache"))
+    t = write_model(tmp_path / "t", "LlamaForCausalLM")
+    d = write_model(tmp_path / "d", "LlamaForCausalLMEagle3", num_hidden_layers=1, draft_vocab_size=512)
+    return {"t": str(t), "d": str(d), "scan": str(H200), "tmp": tmp_path}
+
+
+def _launch(models, version, *more, scan=None):
+    return cli.main(["launch", "--sglang-root", str(releases.fetch(version)), "--model", models["t"],
+                     "--draft", models["d"], "--policy", scan or models["scan"], "--no-sglang-check",
+                     "--dry-run", *more])
+
+
+@pytest.mark.parametrize("version,cands", [("0.5.16", [0, 1, 2, 3, 4, 5]), ("0.5.23", [0, 1, 2, 3, 4, 5]),
+                                           ("0.5.13", [1, 2, 3, 4, 5])])
+def test_launch_policy_argv_env_and_config(version, cands, models, capsys):
+    assert _launch(models, version) == 0
+    cap = capsys.readouterr()
+    out = cap.out
+    assert f"SGLANG_EAGLE3_POLICY={H200}" in out
+    assert "--speculative-num-steps 5" in out and "--speculative-num-draft-tokens 6" in out
+    assert "--speculative-eagle-topk 1" in out and "--speculative-adaptive" in out
+    cfgs = list((Path(models["tmp"]) / "cache" / "policy").glob("adaptive-*.json"))
+    assert len(cfgs) == 1 and str(cfgs[0]) in out
+    assert json.loads(cfgs[0].read_text()) == {"1": {"candidate_steps": cands}}
+    assert ("step 0 left out" in cap.err) == (version == "0.5.13")
+
+
+@pytest.mark.parametrize("version,more,needle", [
+    ("0.5.12.post1", [], "lands two batches late"),
+    ("0.5.9", [], "no adaptive speculation"),
+    ("0.5.23", ["--adaptive", "x.json"], "--policy with --adaptive"),
+    ("0.5.23", ["--steps", "3", "--topk", "2", "--draft-tokens", "4"], "topk 1 only"),
+    ("0.5.23", ["--", "--speculative-adaptive"], "give --policy alone"),
+])
+def test_launch_policy_refusals(version, more, needle, models, capsys):
+    assert _launch(models, version, *more) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err, err
+
+
+def test_launch_policy_bad_scan_one_line(models, capsys):
+    bad = Path(models["tmp"]) / "bad.json"
+    bad.write_text(json.dumps({"schema": "eagle3_sweep/1"}))
+    assert _launch(models, "0.5.23", scan=str(bad)) == 2
+    err = capsys.readouterr().err
+    assert "not a scan result" in err and len(err.strip().splitlines()) == 1
+    assert _launch(models, "0.5.23", scan=str(Path(models["tmp"]) / "none.json")) == 2
+    assert "no such file" in capsys.readouterr().err
