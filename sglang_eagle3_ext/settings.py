@@ -175,7 +175,7 @@ AUX_LAYERS = Setting("SGLANG_EAGLE3_AUX_LAYERS", _text, None, "aux hidden-state 
 NCCL = Setting("SGLANG_EAGLE3_NCCL", _text, None, "NCCL preset name from launch/nccl.yaml, applied by the "
                "plugin in every process", "sglang")
 POLICY = Setting("SGLANG_EAGLE3_POLICY", _path, None, "scan result file (eagle3_scan/1) driving the "
-                 "throughput policy decider; refused together with SGLANG_EAGLE3_HOLD", "sglang")
+                 "throughput policy decider; refused together with the hold schedule", "sglang")
 # --- the probes (probes/__init__.py settings() reads these through get/read, nothing by hand)
 PROFILE = Setting("EAGLE3_PROFILE", _bool, False, "probes on (1) / off", "sglang")
 PROFILE_EVERY = Setting("EAGLE3_PROFILE_EVERY", _pos_int, 100, "cycles per window", "sglang")

@@ -135,7 +135,7 @@ def test_rank_agreement():
     ev = _events(3000)
     a, b = policy.PolicyDecider(_table()), policy.PolicyDecider(_table())
     ca = _drive(a, ev)
-    for i in range(0, 3000, 100):   # rank 0 takes a window now and then, rank 1 never
+    for _ in range(0, 3000, 100):   # rank 0 takes a window now and then, rank 1 never
         a.take_window()
     cb = _drive(b, ev)
     assert ca == cb
