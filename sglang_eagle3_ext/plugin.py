@@ -26,7 +26,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from . import nccl, settings
+from . import nccl, settings, stepctl
 from .patcher import MARKER  # carried by every source-patched SGLang file (stdlib-only module)
 from .sglang_env import COMMON_FILE, V1_FILE, V2_FILE, SGLangEnv, locate
 
@@ -87,6 +87,7 @@ def switches(environ: dict[str, str] | os._Environ[str] | None = None) -> dict[s
         "profile": bool(settings.PROFILE.get(environ)),
         "nccl": settings.NCCL.get(environ),
         "aux_layers": settings.AUX_LAYERS.get(environ),
+        "step_control": stepctl.requested(environ)[0],  # "hold" / "policy" / None (docs/plugin.md)
     }
 
 
@@ -141,13 +142,15 @@ class _Source:
         return ".".join((self.module, *parts))
 
 
-def plan_hooks(env: SGLangEnv, *, profile: bool, aux: bool, nccl_preset: bool) -> Plan:
+def plan_hooks(env: SGLangEnv, *, profile: bool, aux: bool, nccl_preset: bool,
+               step_control: str | None = None, refuse: str | None = None) -> Plan:
     """The hooks this release needs for the requested switches. Probe hooks are compiled from the
     patch specs the source patcher selects for this tree (``patches/*.yaml``: one probe map for
-    both routes), each checked against the release's source."""
+    both routes), each checked against the release's source. ``step_control``: "hold" / "policy"
+    (stepctl hooks on the adaptive controller); ``refuse``: a reason the server must not start."""
     plan = Plan(version=env.version)
     if not env.has_plugins:
-        if profile or aux or nccl_preset:
+        if profile or aux or nccl_preset or step_control:
             plan.problems.append(
                 f"SGLang {env.version} has no plugin framework (0.5.11+): nothing is hooked; use "
                 "`sgl-eagle3 patch apply` for probes/aux layers and `sgl-eagle3 launch --nccl` for NCCL")
@@ -164,7 +167,28 @@ def plan_hooks(env: SGLangEnv, *, profile: bool, aux: bool, nccl_preset: bool) -
             plan.hooks.append(Hook("allreduce", "nccl", ps.target("initialize_model_parallel")))
         else:
             plan.notes.append("no parallel_state.initialize_model_parallel: all-reduce path not reported")
+    if step_control:
+        _plan_stepctl(env, plan, step_control, refuse)
     return plan
+
+
+def _plan_stepctl(env: SGLangEnv, plan: Plan, name: str, refuse: str | None) -> None:
+    """The step-control hooks on the adaptive controller (stepctl.plan checks the release source).
+    A request this release or environment cannot serve: one hook on ``init_states`` (where there is
+    one) that refuses to start with the reason, so a server never runs with the schedule silently off."""
+    sp = stepctl.plan(env)
+    src = _Source(env, stepctl.ADAPTIVE_FILE)
+    why = refuse or (None if sp["ok"] else sp["reason"])
+    if why:
+        plan.problems.append(f"step control ({name}): {why}")
+        if src.method(stepctl.CONTROLLER, "init_states"):
+            plan.hooks.append(Hook("stepctl-init", "stepctl", src.target(stepctl.CONTROLLER, "init_states"),
+                                   {"decider": name, "refuse": why}))
+        return
+    for role, meth in (("stepctl-init", "init_states"), ("stepctl-activate", "activate_step_by_batch"),
+                       ("stepctl-verify", "on_verify_complete")):
+        plan.hooks.append(Hook(role, "stepctl", src.target(stepctl.CONTROLLER, meth), {"decider": name}))
+    plan.notes.append(sp["reason"])
 
 
 def probe_entries(env: SGLangEnv) -> list[Any]:
@@ -334,7 +358,7 @@ def register() -> None:
     """Entry point SGLang's ``load_plugins()`` calls in every process. Never raises: a plugin error
     must not take a server down (SGLang would only log it), so we log it ourselves, loudly."""
     sw = switches()
-    if not (sw["profile"] or sw["nccl"] or sw["aux_layers"]):
+    if not (sw["profile"] or sw["nccl"] or sw["aux_layers"] or sw["step_control"]):
         return
     try:
         _register(sw)
@@ -373,7 +397,9 @@ def _register(sw: dict[str, Any]) -> None:
         except UserError as exc:
             logger.error("%s=%s: %s; the aux-layer hook stays off", ENV_AUX, sw["aux_layers"], exc)
             aux = False
-    plan = plan_hooks(env, profile=profile, aux=aux, nccl_preset=bool(sw["nccl"]))
+    step_control, refuse = stepctl.requested()
+    plan = plan_hooks(env, profile=profile, aux=aux, nccl_preset=bool(sw["nccl"]),
+                      step_control=step_control, refuse=refuse)
     for problem in plan.problems:
         logger.error(problem)
     if not plan.hooks:
@@ -460,6 +486,16 @@ def _verify(registry: Any) -> list[str]:
     return missing
 
 
+def _stepctl_missing() -> list[str]:
+    """Step-control targets this process asked for that SGLang did not apply (checked from the
+    init_states hook, i.e. on every rank before it serves)."""
+    try:
+        from sglang.srt.plugins.hook_registry import HookRegistry
+    except Exception:  # noqa: BLE001
+        return [h.target for h in _S.registered if h.family == "stepctl"]
+    return [h.target for h in _S.registered if h.family == "stepctl" and not _is_applied(HookRegistry, h.target)]
+
+
 def verify() -> list[str]:
     """Re-check now (tests, doctor in a live process): targets requested but not applied."""
     from sglang.srt.plugins.hook_registry import HookRegistry
@@ -486,6 +522,12 @@ def _make_hook(hook: Hook) -> Callable[..., Any]:
         return _aux_hook(hook.detail["style"])
     if hook.role == "allreduce":
         return _allreduce_hook
+    if hook.role == "stepctl-init":
+        return stepctl.init_hook(hook.detail["decider"], _stepctl_missing, hook.detail.get("refuse"))
+    if hook.role == "stepctl-activate":
+        return stepctl.activate_hook
+    if hook.role == "stepctl-verify":
+        return stepctl.verify_hook
     raise ValueError(f"unknown hook role {hook.role}")
 
 
@@ -524,6 +566,9 @@ def _cycle_hook(rule: dict[str, str]) -> Callable[..., Any]:
         probes = _probes()
         if _S.missing is None:
             verify()
+            if any(h.family == "stepctl" for h in _S.registered) and stepctl.installed() is None:
+                logger.error("step control was asked for but no adaptive controller built its states: "
+                             "start SGLang with --speculative-adaptive (steps are not held)")
         spec = (getattr(self, "speculative_num_steps", None), getattr(self, "topk", None),
                 getattr(self, "speculative_num_draft_tokens", None))
         if spec != _S.spec:  # adaptive steps change at runtime
@@ -532,12 +577,40 @@ def _cycle_hook(rule: dict[str, str]) -> Callable[..., Any]:
         _S.depth += 1
         probes.cycle_begin()
         try:
-            return original(self, *args, **kwargs)
+            out = original(self, *args, **kwargs)
+            _tag(probes, self, batch, out)
+            return out
         finally:
             probes.cycle_end()
             _S.depth -= 1
 
     return cycle
+
+
+def _batch_size(batch: Any) -> int | None:
+    try:
+        return int(batch.seq_lens.shape[0])  # what activate_step_by_batch is given (0.5.13+)
+    except Exception:  # noqa: BLE001
+        try:
+            return len(batch.reqs)
+        except Exception:  # noqa: BLE001
+            return None
+
+
+def _tag(probes: Any, worker: Any, batch: Any, out: Any) -> None:
+    """The configuration that ran this cycle, read after the original returned (0.5.13+ switch
+    inside it): the worker's steps / topk, the draft tokens the result was strided by, CUDA graph
+    or eager from the result, the hold block."""
+    try:
+        dt = getattr(out, "speculative_num_draft_tokens", None)
+        if not isinstance(dt, int):
+            dt = getattr(worker, "speculative_num_draft_tokens", None)
+        graph = getattr(out, "can_run_cuda_graph", None)
+        probes.tag_cycle(getattr(worker, "speculative_num_steps", None), getattr(worker, "topk", None), dt,
+                         _batch_size(batch), graph if isinstance(graph, bool) else None,
+                         stepctl.current_block())
+    except Exception:  # noqa: BLE001 - tagging never breaks a decode step
+        pass
 
 
 def _phase_hook(name: str) -> Callable[..., Any]:
@@ -717,8 +790,9 @@ def describe(env: SGLangEnv | None = None, environ: dict[str, str] | None = None
     SGLang loaded us) what was registered and whether it was applied."""
     sw = switches(environ)
     info: dict[str, Any] = {"entry_point": entry_point_present(), "switches": {
-        ENV_PROFILE: sw["profile"], ENV_NCCL: sw["nccl"], ENV_AUX: sw["aux_layers"]}}
-    info["active"] = bool(sw["profile"] or sw["nccl"] or sw["aux_layers"])
+        ENV_PROFILE: sw["profile"], ENV_NCCL: sw["nccl"], ENV_AUX: sw["aux_layers"],
+        "step_control": sw["step_control"]}}
+    info["active"] = bool(sw["profile"] or sw["nccl"] or sw["aux_layers"] or sw["step_control"])
     info["loaded_by_sglang"] = _allowed_by_sglang(environ)
     try:
         env = env or locate()
@@ -742,8 +816,9 @@ def describe(env: SGLangEnv | None = None, environ: dict[str, str] | None = None
         route, why = "none", f"SGLang {env.version} < 0.5.11 has no plugins: run `sgl-eagle3 patch apply`"
     info["route"], info["route_why"] = route, why
     try:
+        step_control, refuse = stepctl.requested(environ)
         plan = plan_hooks(env, profile=sw["profile"] and not patched, aux=bool(sw["aux_layers"]),
-                          nccl_preset=bool(sw["nccl"]))
+                          nccl_preset=bool(sw["nccl"]), step_control=step_control, refuse=refuse)
         info["plan"] = plan.to_dict()
     except Exception as exc:  # noqa: BLE001
         info["plan"] = {"error": str(exc)}

@@ -1,4 +1,4 @@
-"""Read what the probes wrote: ``eagle3_prof/1|2`` JSONL files and server logs with EAGLE3_PROF blocks.
+"""Read what the probes wrote: ``eagle3_prof/1|2|3`` JSONL files and server logs with EAGLE3_PROF blocks.
 
 Both come back as the same record dicts (the JSONL schema of docs/architecture.md), so the
 analysis never cares where a number came from. Blocks written by the seeds' hand patch are
@@ -10,7 +10,9 @@ They are converted to tokens per cycle incl. the bonus token, and every conversi
 ``summarize`` reports its top-level figures on the steady cycles when every record has the split
 (``basis: "steady"``), else on all cycles (``basis: "all"``, said in the notes), so break-even,
 prediction and the sweep's cost model read steady figures whenever they exist.
-``steady_summary`` / ``by_batch_summary`` / ``boundary_summary`` aggregate the split over windows.
+``steady_summary`` / ``by_batch_summary`` / ``boundary_summary`` aggregate the split over windows;
+``by_key_summary`` / ``control_summary`` the /3 per-configuration split (steps, topk, draft tokens,
+batch size, graph) and what ran at each batch size.
 """
 
 from __future__ import annotations
@@ -428,6 +430,97 @@ def by_batch_summary(records: list[dict[str, Any]]) -> dict[int, dict[str, Any]]
     return out
 
 
+def by_key_summary(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Steady cycles per configuration key over windows (/3 ``by_key``; {} for older records).
+
+    Counts and accept histograms are summed, phases merged (``merge_phases``), ``parts`` merged by
+    block id (a hold block that spans two windows becomes one part) and sorted by block id, so a
+    reader can put an interval over blocks (``part_rates``)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        for k, v in (r.get("by_key") or {}).items():
+            if isinstance(v, dict):
+                groups.setdefault(k, []).append(v)
+    out: dict[str, dict[str, Any]] = {}
+    for key in sorted(groups, key=_key_order):
+        cells = groups[key]
+        head = cells[0]
+        cycles = sum(int(c.get("cycles") or 0) for c in cells)
+        req = sum(int(c.get("requests") or 0) for c in cells)
+        acc = sum(int(c.get("accepted_drafts") or 0) for c in cells)
+        hist: dict[int, int] = {}
+        for c in cells:
+            for n, cnt in (c.get("accept_hist") or {}).items():
+                hist[int(n)] = hist.get(int(n), 0) + int(cnt)
+        phases = merge_phases([(c.get("phases"), float(c.get("cycles") or 0)) for c in cells])
+        cyc = phases[CYCLE]["mean_ms"] if phases else None
+        parts: dict[int, list[Any]] = {}
+        for c in cells:
+            for b, n, ms, tok, rq in c.get("parts") or ():
+                p = parts.setdefault(int(b), [int(b), 0, 0.0, 0, 0])
+                p[1] += int(n)
+                p[2] += float(ms)
+                p[3] += int(tok)
+                p[4] += int(rq)
+        busy = sum(p[2] for p in parts.values())
+        tok = acc + req
+        al = tok / req if req else None
+        steps = head.get("steps")
+        out[key] = {
+            "steps": steps, "topk": head.get("topk"), "draft_tokens": head.get("draft_tokens"),
+            "bs": head.get("bs"), "graph": head.get("graph"), "windows": len(cells), "cycles": cycles,
+            "requests": req, "accepted_drafts": acc, "tokens": tok,
+            "accept_len": round(al, 4) if al is not None else None,
+            "accept_hist": {str(n): hist[n] for n in sorted(hist)},
+            "per_position": per_position_rates(hist, steps or max(hist)) if (hist and steps != 0) else [],
+            "phases": phases,
+            "per_stream_tok_s": round(al * 1000.0 / cyc, 2) if (al and cyc) else None,
+            "throughput_tok_s": round(tok * 1000.0 / busy, 2) if (tok and busy) else None,
+            "parts": [[p[0], p[1], round(p[2], 4), p[3], p[4]] for _, p in sorted(parts.items())],
+        }
+    return out
+
+
+def _key_order(key: str) -> tuple[Any, ...]:
+    """by_key keys in (bs, steps, ...) order; unknown parts (?) last."""
+    fields = dict((f[0], f[1:]) for f in key.split(".") if f)
+    def num(v: str | None) -> float:
+        return float(v) if v and v.lstrip("-").isdigit() else float("inf")
+    return (num(fields.get("b")), num(fields.get("s")), num(fields.get("k")), num(fields.get("d")), key)
+
+
+def part_rates(parts: list[list[Any]]) -> list[dict[str, float | None]]:
+    """Per part (hold block): cycles, cycle ms and per-stream tok/s of that block alone."""
+    out = []
+    for b, n, ms, tok, req in parts:
+        cyc = ms / n if n else None
+        al = tok / req if req else None
+        out.append({"block": b, "cycles": n, "cycle_ms": round(cyc, 4) if cyc else None,
+                    "per_stream_tok_s": round(al * 1000.0 / cyc, 2) if (al and cyc) else None})
+    return out
+
+
+def control_summary(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The /3 ``control`` over windows: the decider(s), candidates and decode cycles per batch size
+    per step count summed (what SGLang's own adaptive mode, or a held schedule, ran where); None
+    when no record carries it."""
+    ctl = [r["control"] for r in records if isinstance(r.get("control"), dict)]
+    if not ctl:
+        return None
+    choices: dict[str, dict[str, int]] = {}
+    for c in ctl:
+        for bs, by in (c.get("choices") or {}).items():
+            row = choices.setdefault(str(bs), {})
+            for steps, n in by.items():
+                row[str(steps)] = row.get(str(steps), 0) + int(n)
+    deciders = sorted({str(c.get("decider")) for c in ctl if c.get("decider")})
+    cands = next((c.get("candidates") for c in reversed(ctl) if c.get("candidates")), None)
+    return {"decider": "+".join(deciders) or None, "candidates": cands,
+            "choices": {bs: dict(sorted(v.items(), key=lambda kv: _key_order("s" + kv[0])))
+                        for bs, v in sorted(choices.items(), key=lambda kv: _key_order("b" + kv[0]))},
+            "unmatched_accepts": sum(int(c.get("unmatched_accepts") or 0) for c in ctl)}
+
+
 def summarize(run: ProfileRun, *, all_windows: bool = False) -> dict[str, Any]:
     """One record-shaped summary of all windows in a run (cycle-weighted means).
 
@@ -529,6 +622,8 @@ def summarize(run: ProfileRun, *, all_windows: bool = False) -> dict[str, Any]:
         "steady": steady,
         "boundary": boundary_summary(recs),
         "by_batch": {str(k): v for k, v in by_batch_summary(recs).items()},
+        "by_key": by_key_summary(recs),
+        "control": control_summary(recs),
         "notes": notes,
     }
 

@@ -1,6 +1,6 @@
 """Typed views of the JSON records passed between stages, with a checked, versioned round trip.
 
-Four kinds (docs/architecture.md, "Records"): the probes' window record (``eagle3_prof/1|2``),
+Four kinds (docs/architecture.md, "Records"): the probes' window record (``eagle3_prof/1|2|3``),
 the bench result (``eagle3_bench/1``), the concurrency ladder (``eagle3_ladder/1``) and the sweep
 results (``eagle3_sweep/1``). ``from_json(obj, origin)`` checks the schema name and version, the
 required fields and the JSON type of every known field, and raises ``UserError`` (exit 2) with one
@@ -101,10 +101,11 @@ def _short(v: Any) -> str:
 
 @dataclass
 class WindowRecord(Record):
-    """One profiling window from the probes (probes/window.py ``build_record``); /2 adds the split."""
+    """One profiling window from the probes (probes/window.py ``build_record``); /2 adds the split,
+    /3 the per-configuration split (``by_key``) and the step ``control``."""
 
     NAME: ClassVar[str] = "eagle3_prof"
-    VERSIONS: ClassVar[tuple[int, ...]] = (1, 2)
+    VERSIONS: ClassVar[tuple[int, ...]] = (1, 2, 3)
     KIND: ClassVar[str] = "window record"
 
     cycles: float | None = _spec("number", required=True)
@@ -133,6 +134,8 @@ class WindowRecord(Record):
     steady: dict[str, Any] | None = _spec("object")  # /2
     boundary: dict[str, Any] | None = _spec("object")  # /2
     by_batch: dict[str, Any] | None = _spec("object")  # /2
+    by_key: dict[str, Any] | None = _spec("object")  # /3: "s{steps}.k{topk}.d{dt}.b{bs}.{g|e|u}" -> cell
+    control: dict[str, Any] | None = _spec("object")  # /3: decider, block, candidates, choices
 
 
 @dataclass

@@ -90,6 +90,17 @@ def _signal(raw: str) -> str:
     return name
 
 
+def _steps_list(raw: str) -> tuple[int, ...]:
+    """"4,2,0": distinct step counts >= 0, in the order given."""
+    try:
+        vals = tuple(int(x) for x in raw.split(",") if x.strip())
+    except ValueError:
+        vals = ()
+    if not vals or any(v < 0 for v in vals) or len(set(vals)) != len(vals):
+        raise ValueError("is not a comma list of distinct step counts >= 0")
+    return vals
+
+
 def _text(raw: str) -> str | None:
     return raw.strip() or None
 
@@ -174,8 +185,15 @@ AUX_LAYERS = Setting("SGLANG_EAGLE3_AUX_LAYERS", _text, None, "aux hidden-state 
                      "sglang")
 NCCL = Setting("SGLANG_EAGLE3_NCCL", _text, None, "NCCL preset name from launch/nccl.yaml, applied by the "
                "plugin in every process", "sglang")
+# --- step control inside SGLang (stepctl.py; the plugin installs a decider, docs/plugin.md) ---------
+HOLD = Setting("SGLANG_EAGLE3_HOLD", _pos_int, None, "hold schedule: cycles per block; the adaptive "
+               "controller holds each candidate step count for blocks of this many decode cycles "
+               "(0.5.13+, `scan`)", "sglang")
+HOLD_STEPS = Setting("SGLANG_EAGLE3_HOLD_STEPS", _steps_list, None, "step counts the hold schedule "
+                     "rotates through, in order (default: the controller's candidates, largest first)",
+                     "sglang")
 POLICY = Setting("SGLANG_EAGLE3_POLICY", _path, None, "scan result file (eagle3_scan/1) driving the "
-                 "throughput policy decider; refused together with the hold schedule", "sglang")
+                 "throughput policy decider; refused together with SGLANG_EAGLE3_HOLD", "sglang")
 # --- the probes (probes/__init__.py settings() reads these through get/read, nothing by hand)
 PROFILE = Setting("EAGLE3_PROFILE", _bool, False, "probes on (1) / off", "sglang")
 PROFILE_EVERY = Setting("EAGLE3_PROFILE_EVERY", _pos_int, 100, "cycles per window", "sglang")

@@ -145,7 +145,7 @@ def test_v2_record_values_flow_to_the_collector(multiproc):
     assert value(f, "break_even_margin", **L) == pytest.approx(380 / 160 - needed)
     assert value(f, "speedup_vs_baseline", **L) == pytest.approx(380 / 160 * 1000 / 30 / 88.8)
     assert value(f, "baseline_tokens_per_second", **L) == 88.8
-    assert value(f, "probe_info", mode="events", route="plugin", steps="3", schema="eagle3_prof/2", **L) == 1
+    assert value(f, "probe_info", mode="events", route="plugin", steps="3", schema="eagle3_prof/2", **L) == 1  # the record given (v2_record)
     # a second window adds to the counters and replaces the gauges
     metrics.publish(v2_record())
     f = scrape()

@@ -187,6 +187,7 @@ def test_real_decode_branch_fires_the_probes_in_order(children):
         ("phase_begin", "draft"), ("phase_end", "draft"),
         ("phase_begin", "verify"), ("phase_end", "verify"),
         ("phase_begin", "extend"), ("phase_end", "extend"),
+        ("tag_cycle", (2, 1, 3, 2, None, -1)),  # read after the original: steps, topk, draft tokens, bs
         ("cycle_end", None),
         ("record_accept", (2, 1)),  # correct drafts per request, bonus excluded
         ("mark_boundary", "extend"),  # the prefill: a boundary, no cycle
@@ -453,7 +454,8 @@ def test_v1_hooks_time_phases_and_take_accepts_from_the_verify_return(traced):
     assert traced == [("set_spec_config", (3, 1, 4, "plugin")), ("cycle_begin", None),
                       ("phase_begin", "draft"), ("phase_end", "draft"),
                       ("phase_begin", "verify"), ("phase_end", "verify"),
-                      ("record_accept", (1, 0, 2)), ("cycle_end", None),
+                      ("record_accept", (1, 0, 2)), ("tag_cycle", (3, 1, 4, None, None, -1)),
+                      ("cycle_end", None),
                       ("mark_boundary", "extend")]
 
 
@@ -463,7 +465,8 @@ def test_is_decode_rule_and_0_5_11_scheduler_accept(traced):
     w = types.SimpleNamespace()
     cycle(lambda self, model_worker_batch: None, w, model_worker_batch=_batch(decode=False))
     cycle(lambda self, model_worker_batch: None, w, model_worker_batch=_batch(decode=True))
-    assert [t[0] for t in traced] == ["mark_boundary", "set_spec_config", "cycle_begin", "cycle_end"]
+    assert [t[0] for t in traced] == ["mark_boundary", "set_spec_config", "cycle_begin", "tag_cycle",
+                                        "cycle_end"]
     accept = plugin._accept_result_hook(("num_accepted_drafts_per_req_cpu", "num_correct_drafts_per_req_cpu"))
     result = types.SimpleNamespace(num_accepted_drafts_per_req_cpu=[3, 0])
     assert accept(lambda self, result, batch: "ids", None, result, None) == "ids"

@@ -130,7 +130,7 @@ def test_window_block_and_jsonl_round_trip(tmp_path, capsys):
     recs = [json.loads(x) for x in (tmp_path / "prof.jsonl").read_text().splitlines()]
     assert [r["window"] for r in recs] == [1, 2] and list(probes.windows) == recs
     r = recs[0]
-    assert r["schema"] == "eagle3_prof/2" and r["mode"] == "events" and r["rank"] == 0
+    assert r["schema"] == "eagle3_prof/3" and r["mode"] == "events" and r["rank"] == 0
     assert (r["cycles"], r["requests"], r["accepted_drafts"], r["tokens"]) == (10, 10, 18, 28)
     assert r["accept_len"] == 2.8
     assert r["accept_hist"] == {"0": 2, "1": 2, "2": 2, "3": 4}

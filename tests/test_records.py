@@ -80,13 +80,15 @@ GOOD_SWEEP = {"schema": "eagle3_sweep/1", "configs": []}
 
 @pytest.mark.parametrize("kind,obj,message", [
     (records.WindowRecord, {**GOOD_PROF, "schema": "eagle3_bench/1"},
-     "f.jsonl:3: schema is 'eagle3_bench/1', expected one of eagle3_prof/1, eagle3_prof/2"),
-    (records.WindowRecord, {**GOOD_PROF, "schema": "eagle3_prof/3"},
-     "f.jsonl:3: schema 'eagle3_prof/3' is a version this tool does not read "
-     "(it reads eagle3_prof/1, eagle3_prof/2)"),
+     "f.jsonl:3: schema is 'eagle3_bench/1', expected one of eagle3_prof/1, eagle3_prof/2, eagle3_prof/3"),
+    (records.WindowRecord, {**GOOD_PROF, "schema": "eagle3_prof/4"},
+     "f.jsonl:3: schema 'eagle3_prof/4' is a version this tool does not read "
+     "(it reads eagle3_prof/1, eagle3_prof/2, eagle3_prof/3)"),
     (records.WindowRecord, {k: v for k, v in GOOD_PROF.items() if k != "mode"}, "f.jsonl:3: record lacks 'mode'"),
     (records.WindowRecord, {**GOOD_PROF, "cycles": "12"}, "f.jsonl:3: cycles must be a number, got '12'"),
     (records.WindowRecord, {**GOOD_PROF, "steady": [1]}, "f.jsonl:3: steady must be an object, got [1]"),
+    (records.WindowRecord, {**GOOD_PROF, "schema": "eagle3_prof/3", "by_key": []},
+     "f.jsonl:3: by_key must be an object, got []"),
     (records.WindowRecord, [GOOD_PROF], "f.jsonl:3: a window record must be a JSON object, got list"),
     (records.BenchResult, {"summary": {}}, "f.jsonl:3: schema is None, expected one of eagle3_bench/1"),
     (records.BenchResult, {**GOOD_BENCH, "schema": "eagle3_bench/x"},

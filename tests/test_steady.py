@@ -67,7 +67,7 @@ def test_request_starts_are_boundaries_and_steady_is_what_the_client_sees(tmp_pa
     request follows a join. Steady = every other cycle: its rate is the decode rate."""
     req = [("decode", [3])] * 10
     rec = play(tmp_path, [("prefill", 20.0), *req, ("prefill", 20.0), *req])
-    assert rec["schema"] == "eagle3_prof/2" and rec["cycles"] == 20
+    assert rec["schema"] == "eagle3_prof/3" and rec["cycles"] == 20
     assert rec["phases"]["cycle"]["mean_ms"] == 32.5  # all cycles: (20 x 31.5 + 20) / 20
     st, bd = rec["steady"], rec["boundary"]
     assert (st["cycles"], st["requests"], st["tokens"], st["accept_len"]) == (17, 17, 68, 4.0)
@@ -75,7 +75,7 @@ def test_request_starts_are_boundaries_and_steady_is_what_the_client_sees(tmp_pa
     assert st["phases"]["other"]["mean_ms"] == 0.5
     assert st["eff_tok_s"] == round(4.0 * 1000 / 31.5, 2)
     assert bd["cycles"] == 3 and bd["reasons"] == {"join": 2, "leave": 0, "extend": 1,
-                                                   "batch_change": 0, "idle": 0}
+                                                   "batch_change": 0, "idle": 0, "switch": 0}
     assert bd["extra_ms"] == 20.0 and bd["extra_by_phase"] == {"draft": 0.0, "verify": 0.0,
                                                                "extend": 0.0, "other": 20.0}
     assert bd["joins"] == 2 and bd["extra_ms_per_join"] == 10.0
@@ -107,7 +107,8 @@ def test_batch_growth_with_late_counts_marks_both_sides(tmp_path, capsys):
     sizes, bits, last = classify([JOIN, 0, 0, 0, EXTEND, JOIN, 0, 0, 0, 0], [0, 1, 1, 1, 1, 1, 2, 2, 2, 2], None)
     assert sizes == [None, 1, 1, 1, 1, 1, 2, 2, 2, 2] and last == 2
     assert bits[5] == JOIN | BATCH and bits[6] == JOIN | BATCH
-    assert rec["boundary"]["reasons"] == {"join": 3, "leave": 0, "extend": 1, "batch_change": 2, "idle": 0}
+    assert rec["boundary"]["reasons"] == {"join": 3, "leave": 0, "extend": 1, "batch_change": 2, "idle": 0,
+                                         "switch": 0}
     by = rec["by_batch"]
     assert sorted(by) == ["1", "2"]
     assert (by["1"]["cycles"], by["1"]["requests"], by["1"]["accept_len"]) == (3, 3, 4.0)

@@ -3,7 +3,7 @@
 Per decode cycle it times draft / verify / extend (+ "other" = cycle minus phases), counts the
 tokens accepted (incl. the bonus token) and the acceptance per draft position, and every
 ``EAGLE3_PROFILE_EVERY`` cycles prints the EAGLE3_PROF block (stderr -> server log) and appends one
-``eagle3_prof/2`` JSONL record (every TP rank its own file; the block from rank 0). See docs/profiling.md.
+``eagle3_prof/3`` JSONL record (every TP rank its own file; the block from rank 0). See docs/profiling.md.
 
 With ``EAGLE3_PROFILE`` unset (read once at import) every call returns at once: no torch import,
 no torch call, no allocation. ``reset()`` re-reads the environment (tests, demo).
@@ -20,7 +20,7 @@ from .. import settings as env  # stdlib only: the one declaration of every vari
 
 __all__ = [
     "enabled", "cycle_begin", "phase_begin", "phase_end", "cycle_end", "record_accept", "mark_boundary",
-    "set_spec_config", "flush", "reset", "trace", "windows", "settings",
+    "set_spec_config", "tag_cycle", "flush", "reset", "trace", "windows", "settings",
 ]
 
 MODES = env.PROFILE_MODES
@@ -127,6 +127,17 @@ def record_accept(per_req: Iterable[int], *, bonus_included: bool) -> None:
     if p is None:
         return
     p.record_accept(per_req, bonus_included)
+
+
+def tag_cycle(steps: int | None, topk: int | None, draft_tokens: int | None, batch_size: int | None,
+              graph: bool | None = None, block: int = -1) -> None:
+    """The configuration that ran the open decode cycle, read after the worker's own switch (the
+    plugin calls it after the original returns). Untagged cycles keep the spec of set_spec_config /
+    EAGLE3_PROFILE_SPEC and the batch size of their accept counts (the source-patch route)."""
+    p = _P
+    if p is None:
+        return
+    p.tag_cycle(steps, topk, draft_tokens, batch_size, graph, block)
 
 
 def set_spec_config(steps: int | None = None, topk: int | None = None,

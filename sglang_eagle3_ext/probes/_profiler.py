@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections import deque
 from collections.abc import Iterable
 from time import perf_counter
 from typing import Any
@@ -21,9 +22,12 @@ from .window import (
     JOIN,
     PHASES,
     build_record,
+    by_key,
+    choices,
     classify,
     format_block,
     split_record,
+    switch_bits,
 )
 
 
@@ -74,8 +78,14 @@ class Profiler:
         self._backend = backend
         self._notes: list[str] = []
         self.window = 0
-        # closed cycles: (begin, end, idle, phase marks, boundary bits, requests, accepted drafts)
-        self._cycles: list[tuple[Any, Any, bool, list, int, int, int]] = []
+        # closed cycles: (begin, end, idle, phase marks, boundary bits, requests, accepted drafts, tag)
+        self._cycles: list[tuple[Any, Any, bool, list, int, int, int, list]] = []
+        # the open cycle's tag (window.T_* fields) and the tags still waiting for their accept
+        # counts, oldest first (overlap scheduler: a cycle's counts arrive during the next one)
+        self._tag: list[Any] = []
+        self._await: deque[list[Any]] = deque(maxlen=8)
+        self._mismatch = 0  # accept lists whose length matched no waiting cycle's batch size
+        self._prev_steps: int | None = None  # steps of the last cycle written (switch detection)
         # the open cycle, as plain attributes (fastest to set in the hot loop)
         self._open = False
         self._cb: Any = None  # begin mark
@@ -134,10 +144,11 @@ class Profiler:
             cet = self._cet
             if cet is not None and t - cet > self.idle_s:
                 self._cycles.append((self._cb, self._ce, True, self._ph, self._why | IDLE,
-                                     self._nreq, self._nacc))
+                                     self._nreq, self._nacc, self._tag))
                 self._next_why |= IDLE
             else:
-                self._cycles.append((self._cb, h, False, self._ph, self._why, self._nreq, self._nacc))
+                self._cycles.append((self._cb, h, False, self._ph, self._why, self._nreq, self._nacc,
+                                     self._tag))
             restart = True
             if len(self._cycles) >= self.every:
                 self._close_window(newest=h)
@@ -157,6 +168,9 @@ class Profiler:
         self._ph = []
         self._why = self._next_why
         self._next_why = self._nreq = self._nacc = 0
+        sp = self.spec
+        tag = self._tag = [sp["steps"], sp["topk"], sp["draft_tokens"], None, None, -1, 0, 0, None]
+        self._await.append(tag)
 
     def mark_boundary(self, reason: str) -> None:
         """A non-decode forward (prefill / draft extend) runs now: it lands in the open cycle's
@@ -187,20 +201,65 @@ class Profiler:
                 hist[n] = hist.get(n, 0) + 1
                 self._nreq += 1
                 self._nacc += n
+                self._match(per_req, n)
                 return
         if type(per_req) not in (list, tuple):
             tolist = getattr(per_req, "tolist", None)
             per_req = tolist() if tolist is not None else list(per_req)
         off = 1 if bonus_included else 0
         acc = 0
+        counts = []
         for v in per_req:
             n = int(v) - off
             if n < 0:
                 n = 0
             hist[n] = hist.get(n, 0) + 1
             acc += n
-        self._nreq += len(per_req)
+            counts.append(n)
+        self._nreq += len(counts)
         self._nacc += acc
+        self._match(counts, acc)
+
+    def _match(self, counts: list[int], acc: int) -> None:
+        """Give one verify's counts to the cycle that produced it: the oldest waiting cycle of that
+        batch size (older ones of another size produced no verify, e.g. a retraction); untagged
+        cycles (source patch) take their size from the counts."""
+        q = self._await
+        if not q:
+            return
+        n = len(counts)
+        skip = 0
+        for t in q:
+            bs = t[3]
+            if bs is None or bs == n:
+                break
+            skip += 1
+        else:
+            skip = 0
+            self._mismatch += 1
+        for _ in range(skip):
+            q.popleft()
+        t = q.popleft()
+        if t[3] is None:
+            t[3] = n
+        t[6] += n
+        t[7] += acc
+        t[8] = counts if t[8] is None else t[8] + counts
+
+    def tag_cycle(self, steps: int | None, topk: int | None, draft_tokens: int | None,
+                  batch_size: int | None, graph: bool | None, block: int) -> None:
+        if self._open:
+            t = self._tag
+            if steps is not None:
+                t[0] = steps
+            if topk is not None:
+                t[1] = topk
+            if draft_tokens is not None:
+                t[2] = draft_tokens
+            if batch_size is not None:
+                t[3] = batch_size
+            t[4] = graph
+            t[5] = block
 
     def set_spec_config(self, steps: int | None, topk: int | None, draft_tokens: int | None,
                         route: str | None) -> None:
@@ -223,7 +282,7 @@ class Profiler:
         p_draft, p_verify, p_extend = per["draft"], per["verify"], per["extend"]
         p_other, p_cycle = per["other"], per[CYCLE]
         opened: dict[str, Any] = {}
-        for begin, end, was_idle, marks, _why, _nreq, _nacc in cycles:
+        for begin, end, was_idle, marks, _why, _nreq, _nacc, _tag in cycles:
             idle += was_idle
             total = el(begin, end)
             d = v = x = 0.0
@@ -287,7 +346,14 @@ class Profiler:
         nreq = [c[5] for c in cycles]
         nacc = [c[6] for c in cycles]
         sizes, bits, self._last_bs = classify([c[4] for c in cycles], nreq, self._last_bs)
+        tags = [c[7] for c in cycles]
+        sw = switch_bits(tags, self._prev_steps)
+        bits = [b | x for b, x in zip(bits, sw, strict=True)]
+        if tags and tags[-1][0] is not None:
+            self._prev_steps = tags[-1][0]
         split = split_record(per, sizes, bits, nreq, nacc, joins)
+        split["by_key"] = by_key(per, bits, tags)
+        split["control"] = self._control(tags)
         if self._version is False:
             self._version = _sglang_version()
         rank, size = self._rank
@@ -304,6 +370,16 @@ class Profiler:
         rec["probe_read_ms"] = round((perf_counter() - t0) * 1000.0, 4)
         self._emit(rec)
         return rec
+
+    def _control(self, tags: list) -> dict[str, Any]:
+        """Which decider held the steps (stepctl, when the plugin installed one) and what ran at
+        each batch size in this window."""
+        sc = sys.modules.get("sglang_eagle3_ext.stepctl")
+        head = sc.control() if sc is not None else {"decider": None, "block": None, "candidates": None}
+        head["choices"] = choices(tags)
+        if self._mismatch:
+            head["unmatched_accepts"] = self._mismatch
+        return head
 
     def _emit(self, rec: dict[str, Any]) -> None:
         """The one place a finished window record leaves the profiler: the block on stderr
@@ -327,7 +403,8 @@ class Profiler:
     def flush(self, min_cycles: int = 1) -> dict[str, Any] | None:
         """Close the open cycle at its cycle_end (if it had one) and emit what was collected."""
         if self._open and self._ce is not None:
-            self._cycles.append((self._cb, self._ce, False, self._ph, self._why, self._nreq, self._nacc))
+            self._cycles.append((self._cb, self._ce, False, self._ph, self._why, self._nreq, self._nacc,
+                                 self._tag))
             self._open = False
         rec = self._read_pending() if self._pending is not None else None
         if len(self._cycles) < min_cycles:
@@ -365,6 +442,11 @@ class TracingProfiler(Profiler):
         per_req = tolist() if tolist is not None else list(per_req)
         self.trace.append(("record_accept", tuple(int(x) for x in per_req)))
         super().record_accept(per_req, bonus_included)
+
+    def tag_cycle(self, steps: int | None, topk: int | None, draft_tokens: int | None,
+                  batch_size: int | None, graph: bool | None, block: int) -> None:
+        self.trace.append(("tag_cycle", (steps, topk, draft_tokens, batch_size, graph, block)))
+        super().tag_cycle(steps, topk, draft_tokens, batch_size, graph, block)
 
     def set_spec_config(self, steps: int | None, topk: int | None, draft_tokens: int | None,
                         route: str | None) -> None:

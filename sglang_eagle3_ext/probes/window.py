@@ -12,12 +12,19 @@ import datetime as _dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-SCHEMA = "eagle3_prof/2"
-SCHEMAS = ("eagle3_prof/1", SCHEMA)  # what readers accept; /1 has no steady split
+SCHEMA = "eagle3_prof/3"
+# what readers accept; /1 has no steady split, /2 no per-key split (by_key, control)
+SCHEMAS = ("eagle3_prof/1", "eagle3_prof/2", SCHEMA)
 
 # Boundary reasons of a cycle, as bits (the hot path ORs them into one int per cycle).
-JOIN, LEAVE, EXTEND, BATCH, IDLE = 1, 2, 4, 8, 16
-REASONS = {"join": JOIN, "leave": LEAVE, "extend": EXTEND, "batch_change": BATCH, "idle": IDLE}
+JOIN, LEAVE, EXTEND, BATCH, IDLE, SWITCH = 1, 2, 4, 8, 16, 32
+REASONS = {"join": JOIN, "leave": LEAVE, "extend": EXTEND, "batch_change": BATCH, "idle": IDLE,
+           "switch": SWITCH}
+
+# A cycle's tag (a list the hot path fills in place; accept counts arrive up to a cycle late):
+# steps, topk, draft tokens, batch size, graph (True / False / None), hold block (-1: none),
+# then the matched accept counts: requests, accepted drafts, the per-request correct drafts.
+T_STEPS, T_TOPK, T_DT, T_BS, T_GRAPH, T_BLOCK, T_REQ, T_ACC, T_LIST = range(9)
 # Phase names and labels: the one definition (stdlib only, so the probes inside SGLang, the
 # readers, the CLI, the plot and the /metrics publisher all import it from here).
 TIMED = ("draft", "verify", "extend")  # what phase_begin/phase_end bracket (patch anchors, hooks)
@@ -281,3 +288,83 @@ def _split_lines(rec: Mapping[str, Any]) -> list[str]:
         lines.append(f"  Boundary cost:   +{bd['extra_ms']:.2f} ms over steady p50, {bd.get('joins') or 0} joins"
                      + ("" if per is None else f", {per:.2f} ms/join"))
     return lines
+
+
+# ------------------------------------------------------------------------------------------------
+# eagle3_prof/3: every cycle tagged with the configuration that ran it (window.T_* fields)
+
+def _opt(v: Any) -> str:
+    return "?" if v is None else str(v)
+
+
+def key_of(tag: Sequence[Any]) -> str:
+    """``s{steps}.k{topk}.d{draft_tokens}.b{bs}.{g|e|u}`` (? = unknown)."""
+    g = tag[T_GRAPH]
+    return (f"s{_opt(tag[T_STEPS])}.k{_opt(tag[T_TOPK])}.d{_opt(tag[T_DT])}.b{_opt(tag[T_BS])}."
+            f"{'u' if g is None else ('g' if g else 'e')}")
+
+
+def switch_bits(tags: Sequence[Sequence[Any]], prev_steps: int | None) -> list[int]:
+    """SWITCH on the first cycle at a new step count (the switch itself runs at its start)."""
+    out = []
+    prev = prev_steps
+    for t in tags:
+        s = t[T_STEPS]
+        out.append(SWITCH if (s is not None and prev is not None and s != prev) else 0)
+        if s is not None:
+            prev = s
+    return out
+
+
+def by_key(per_cycle: Mapping[str, Sequence[float]], bits: Sequence[int],
+           tags: Sequence[Sequence[Any]]) -> dict[str, Any]:
+    """Per configuration key: the steady cycles whose accept counts arrived (matched to the cycle
+    that produced them), with ``parts`` per hold block so readers can merge windows."""
+    cyc = per_cycle[CYCLE]
+    groups: dict[str, list[int]] = {}
+    for i, t in enumerate(tags):
+        if not bits[i] and t[T_REQ]:
+            groups.setdefault(key_of(t), []).append(i)
+    out: dict[str, Any] = {}
+    for key in sorted(groups):
+        idx = groups[key]
+        t0 = tags[idx[0]]
+        hist: dict[int, int] = {}
+        for i in idx:
+            for n in tags[i][T_LIST] or ():
+                hist[n] = hist.get(n, 0) + 1
+        req = sum(tags[i][T_REQ] for i in idx)
+        acc = sum(tags[i][T_ACC] for i in idx)
+        ph = _group(per_cycle, idx)
+        al, per_stream, thr = _rate(acc + req, req, ph[CYCLE]["mean_ms"], sum(cyc[i] for i in idx))
+        steps = t0[T_STEPS]
+        if steps is None and hist:
+            steps = max(hist)
+        parts: dict[int, list[Any]] = {}
+        for i in idx:
+            b = tags[i][T_BLOCK]
+            p = parts.setdefault(b, [b, 0, 0.0, 0, 0])
+            p[1] += 1
+            p[2] += cyc[i]
+            p[3] += tags[i][T_REQ] + tags[i][T_ACC]
+            p[4] += tags[i][T_REQ]
+        out[key] = {
+            "steps": t0[T_STEPS], "topk": t0[T_TOPK], "draft_tokens": t0[T_DT], "bs": t0[T_BS],
+            "graph": t0[T_GRAPH], "cycles": len(idx), "requests": req, "accepted_drafts": acc,
+            "tokens": acc + req, "accept_len": al, "accept_hist": {str(n): hist[n] for n in sorted(hist)},
+            "per_position": per_position_rates(hist, steps) if (steps and hist) else [],
+            "phases": ph, "per_stream_tok_s": per_stream, "throughput_tok_s": thr,
+            "parts": [[p[0], p[1], round(p[2], 4), p[3], p[4]] for _, p in sorted(parts.items())],
+        }
+    return out
+
+
+def choices(tags: Sequence[Sequence[Any]]) -> dict[str, dict[str, int]]:
+    """Decode cycles per batch size per step count in this window (every cycle, steady or not):
+    what SGLang's own adaptive mode, or a decider, ran where."""
+    out: dict[str, dict[str, int]] = {}
+    for t in tags:
+        by = out.setdefault(_opt(t[T_BS]), {})
+        k = _opt(t[T_STEPS])
+        by[k] = by.get(k, 0) + 1
+    return {bs: dict(sorted(v.items())) for bs, v in sorted(out.items(), key=lambda kv: (len(kv[0]), kv[0]))}
