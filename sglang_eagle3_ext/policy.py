@@ -302,6 +302,15 @@ class PolicyDecider:
         self._problem: str | None = None
         self._rates: list[float] | None = None   # cache, dropped by every observe
 
+    @property
+    def candidates(self) -> list[int]:
+        return self.table.candidates
+
+    def describe(self) -> str:
+        return (f"throughput policy from {self.table.source or 'a scan table'}: candidates "
+                f"{self.table.candidates}, hysteresis {self.hysteresis * 100:g} %, dwell {self.min_dwell} "
+                f"cycles, exploration every {self.explore_every} cycles per tier")
+
     # -- what the decision reads
 
     def rates(self) -> list[float]:
@@ -443,6 +452,25 @@ class PolicyDecider:
         if msg != self._problem:
             self._problem = msg
             sys.stderr.write(f"EAGLE3 warning: {msg}\n")
+
+
+def make_decider(info: Any, path: str | Path | None, **knobs: Any) -> PolicyDecider:
+    """The decider for a live controller (``stepctl.make_decider`` calls this once, after SGLang
+    built its states): the table keyed by the server's own CUDA-graph sizes. ValueError, with
+    the reason, when the file is unusable or costs none of the built states (the server then
+    refuses to start rather than run a policy that cannot choose)."""
+    if path is None:
+        raise ValueError("the policy needs a scan result file (SGLANG_EAGLE3_POLICY)")
+    table = load_table(path)
+    # the server's capture sizes; None = CUDA graphs off: every batch runs at its own size
+    graph = getattr(info, "cuda_graph_bs", None)
+    table.regraph(list(graph) if graph else None)
+    built = sorted(getattr(info, "built", ()) or ())
+    costed = [s for s in built if s in table.points]
+    if built and not costed:
+        raise ValueError(f"{path}: the scan costs steps {table.candidates}, none of the server's "
+                         f"states {built}; launch with --policy so both come from the same scan")
+    return PolicyDecider(table, **knobs)
 
 
 def from_file(path: str | Path, **knobs: Any) -> tuple[PolicyDecider | None, str | None]:

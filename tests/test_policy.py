@@ -341,3 +341,23 @@ def test_launch_policy_bad_scan_one_line(models, capsys):
     assert "not a scan result" in err and len(err.strip().splitlines()) == 1
     assert _launch(models, "0.5.23", scan=str(Path(models["tmp"]) / "none.json")) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_make_decider_for_a_live_controller():
+    """What stepctl's init hook calls once SGLang built its states (ControllerInfo stand-in)."""
+
+    class Info:
+        built = (0, 1, 2, 3, 4, 5)
+        cuda_graph_bs = (1, 2, 4, 8, 16, 32)
+
+    dec = policy.make_decider(Info(), H200)
+    assert dec.name == "policy" and dec.candidates == [0, 1, 2, 3, 4, 5]
+    assert policy.pad_batch(9, dec.table.graph_bs) == 16 and dec.table.cycle_ms(5, 9) == dec.table.cycle_ms(5, 16)
+    assert "candidates [0, 1, 2, 3, 4, 5]" in dec.describe()
+    Info.cuda_graph_bs = None                          # graphs off: no padding
+    assert policy.make_decider(Info(), H200).table.graph_bs is None
+    Info.built = (7, 9)
+    with pytest.raises(ValueError, match="none of the server's states"):
+        policy.make_decider(Info(), H200)
+    with pytest.raises(ValueError, match="SGLANG_EAGLE3_POLICY"):
+        policy.make_decider(Info(), None)
