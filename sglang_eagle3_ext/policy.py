@@ -422,6 +422,12 @@ class PolicyDecider:
         rep, self._window = self._window, _Report()
         return self._control(rep)
 
+    def window_control(self) -> dict[str, Any]:
+        """The ``policy`` part of a probe record's ``control`` (stepctl.control calls this once per
+        window): the decider's own choices since the last call, with what it expected of them."""
+        w = self.take_window()
+        return {**w["policy"], "chosen": w["choices"]}
+
     def summary(self) -> dict[str, Any]:
         """Everything chosen since start, same shape as ``take_window``."""
         return self._control(self.total)

@@ -361,3 +361,124 @@ def test_make_decider_for_a_live_controller():
         policy.make_decider(Info(), H200)
     with pytest.raises(ValueError, match="SGLANG_EAGLE3_POLICY"):
         policy.make_decider(Info(), None)
+
+
+# ------------------------------------------------------------------ visibility
+
+
+def _policy_records(n_windows: int = 3) -> list[dict]:
+    """Windows as the probes write them with the policy installed: stepctl.control() gives the
+    head and the policy part (the decider is real; the cycles are synthetic)."""
+    from sglang_eagle3_ext import stepctl
+
+    dec = policy.PolicyDecider(_table(), explore_every=8)
+    stepctl.install(dec)
+    try:
+        recs = []
+        for w in range(n_windows):
+            _drive(dec, _events(100, seed=w))
+            head = stepctl.control()
+            recs.append({"schema": "eagle3_prof/3", "window": w + 2, "control": head, "by_key": {
+                "s5.k1.d6.b8.g": {"steps": 5, "topk": 1, "draft_tokens": 6, "bs": 8, "graph": True,
+                                  "cycles": 50, "requests": 400, "accepted_drafts": 1200,
+                                  "phases": {p: {"mean_ms": 8.0 if p == "cycle" else 2.0, "p50_ms": 1.0,
+                                                 "p90_ms": 1.0}
+                                             for p in ("draft", "verify", "extend", "other", "cycle")},
+                                  "per_stream_tok_s": 500.0}}})
+        return recs
+    finally:
+        stepctl.install(None)
+
+
+def test_records_profile_and_report_show_the_choices():
+    from sglang_eagle3_ext import policy_report, profile_log
+
+    recs = _policy_records()
+    head = recs[0]["control"]
+    assert head["decider"] == "policy" and head["candidates"] == [0, 1, 2, 3, 4, 5]
+    assert sum(n for by in head["policy"]["chosen"].values() for n in by.values()) == 100
+    ctl = profile_log.control_summary(recs)
+    pol = ctl["policy"]
+    assert sum(n for by in pol["cycles"].values() for n in by.values()) == 300
+    rows = policy_report.rows({"control": ctl, "by_key": profile_log.by_key_summary(recs)})
+    r8 = [r for r in rows if r["bs"] == 8 and r["steps"] == 5]
+    assert r8 and r8[0]["realised_per_stream_tok_s"] == 500.0  # 4 tokens / 8 ms and r8[0]["expected_per_stream_tok_s"] > 0
+    assert r8[0]["realised_vs_expected_pct"] is not None
+    assert all(r["explore"] <= r["cycles"] for r in rows) and sum(r["explore"] for r in rows) > 0
+
+
+def test_metrics_beside_spec_num_steps(tmp_path, monkeypatch):
+    """The policy's families on SGLang's /metrics, read back through prometheus_client's
+    multiprocess collector (as tests/test_metrics.py does)."""
+    prom = pytest.importorskip("prometheus_client")
+    from prometheus_client import CollectorRegistry, generate_latest, multiprocess, values
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from sglang_eagle3_ext.probes import metrics
+
+    d = tmp_path / "prom"
+    d.mkdir()
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(d))
+    monkeypatch.setattr(values, "ValueClass", values.get_value_class())
+    try:
+        metrics.reset(environ={"EAGLE3_PROFILE": "1", "EAGLE3_PROFILE_METRICS": "1"})
+        metrics.register_families({"model_name": "m", "tp_rank": "0", "pp_rank": "0"})
+        rec = _policy_records(1)[0]
+        rec.update(cycles=100, requests=800, tokens=2000, phases={})
+        metrics.publish(rec)
+        reg = CollectorRegistry()
+        multiprocess.MultiProcessCollector(reg)
+        fams = {f.name: f for f in text_string_to_metric_families(generate_latest(reg).decode())}
+        cyc = fams["sglang:eagle3_policy_cycles"].samples
+        assert sum(s.value for s in cyc if s.name.endswith("_total")) == 100
+        chosen = rec["control"]["policy"]["chosen"]
+        want = {metrics.batch_bucket(int(bs)) for bs in chosen}
+        assert {s.labels["batch_size"] for s in fams["sglang:eagle3_policy_steps"].samples} == want
+        assert all(s.value > 0 for s in fams["sglang:eagle3_policy_expected_stream_tokens_per_second"].samples)
+        assert prom is not None
+    finally:
+        metrics.reset(environ={})
+
+
+def test_end_to_end_through_stepctl_probes_and_profile(tmp_path, monkeypatch, capsys):
+    """stepctl's init hook builds the policy from SGLANG_EAGLE3_POLICY; the real profiler writes
+    eagle3_prof/3 windows (scripted clock, fake controller: tests/test_probe_keys.py's harness);
+    `profile` prints what the policy chose, expected next to realised."""
+    from test_probe_keys import STEP_MS, VERIFY_MS, _run, _start
+    from test_stepctl import FakeController
+
+    from sglang_eagle3_ext import plugin, probes, stepctl
+
+    scan = tmp_path / "scan.json"
+    cyc = {s: VERIFY_MS + 1.0 + 0.5 + STEP_MS * s for s in (1, 3)}       # the harness' cycle ms
+    scan.write_text(json.dumps(_scan([_cell(1, 2, cyc[1], 0.5), _cell(3, 2, cyc[3], 0.9)])))
+    monkeypatch.setenv("SGLANG_EAGLE3_POLICY", str(scan))
+    monkeypatch.setattr(plugin._S, "missing", [])
+    ctrl = FakeController(built=(1, 3), start=3)
+    try:
+        stepctl.init_hook("policy", list)(lambda self: None, ctrl)
+        assert isinstance(stepctl.installed(), policy.PolicyDecider)
+        clock = _start(tmp_path, 10)
+        _run(ctrl, clock, 30)
+        probes.flush()
+    finally:
+        stepctl.install(None)
+        probes.reset(environ={})
+    recs = [json.loads(x) for x in (tmp_path / "prof.jsonl").read_text().splitlines()]
+    assert all(r["control"]["decider"] == "policy" for r in recs)
+    assert sum(n for r in recs for by in r["control"]["policy"]["chosen"].values() for n in by.values()) == 30
+    # the decider's own count agrees with the probes' tags, cycle for cycle
+    tags = {}
+    for r in recs:
+        for bs, by in r["control"]["choices"].items():
+            for s, n in by.items():
+                tags[(bs, s)] = tags.get((bs, s), 0) + n
+    mine = {}
+    for r in recs:
+        for bs, by in r["control"]["policy"]["chosen"].items():
+            for s, n in by.items():
+                mine[(bs, s)] = mine.get((bs, s), 0) + n
+    assert mine == tags
+    assert cli.main(["profile", str(tmp_path / "prof.jsonl")]) == 0
+    out = capsys.readouterr().out
+    assert "Throughput policy" in out and "expected" in out
