@@ -420,7 +420,9 @@ def run(table_name: str, tokens: int, seed: int = 1) -> dict[str, Any]:
         rows = {}
         for arm in arms:
             r = simulate(arm, phases, cost, seed)
-            rows[arm.name] = {"tok_s": round(r.tok_s, 1), "per_stream_tok_s": round(r.per_stream_tok_s, 1),
+            # per stream only where one load ran (a mixed run has no one stream rate)
+            ps = round(r.per_stream_tok_s, 1) if len(phases) == 1 else None
+            rows[arm.name] = {"tok_s": round(r.tok_s, 1), "per_stream_tok_s": ps,
                               "steps": dict(sorted(r.steps.items())),
                               "phases": {k: round(v[0] * 1000.0 / v[1], 1) for k, v in r.phases.items()}}
             if isinstance(arm, PolicyArm):
@@ -447,9 +449,9 @@ def render(res: dict[str, Any]) -> str:
                      f"{w['policy_vs_written_pct']:+.2f} % vs EMA adaptive-write tiers")
         for name, r in w["arms"].items():
             steps = " ".join(f"{s}:{n}" for s, n in r["steps"].items())
-            ph = "" if len(r["phases"]) < 2 else "  phases " + " / ".join(f"{v:.0f}" for v in r["phases"].values())
-            lines.append(f"  {name:<34} {r['tok_s']:>9.1f} tok/s  {r['per_stream_tok_s']:>7.1f} per stream"
-                         f"  cycles by steps {steps}{ph}")
+            ph = "" if len(r["phases"]) < 2 else "  tok/s by phase " + " / ".join(f"{v:.0f}" for v in r["phases"].values())
+            ps = f"{r['per_stream_tok_s']:>7.1f} per stream" if r["per_stream_tok_s"] is not None else " " * 18
+            lines.append(f"  {name:<34} {r['tok_s']:>9.1f} tok/s  {ps}  cycles by steps {steps}{ph}")
     return "\n".join(lines)
 
 
