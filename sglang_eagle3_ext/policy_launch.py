@@ -31,7 +31,7 @@ from pathlib import Path
 from . import policy
 from .errors import UserError
 from .launch_config import LaunchConfig
-from .settings import POLICY
+from .settings import HOLD, POLICY
 from .sglang_env import SGLangEnv, parse_version
 
 MIN_RELEASE = "0.5.13"
@@ -81,6 +81,9 @@ def apply_policy(cfg: LaunchConfig, env: SGLangEnv, extra: dict[str, str | bool]
         raise _fail("--policy with --no-spec: the policy chooses speculative step counts; drop one of them")
     if "--speculative-adaptive" in extra:
         raise _fail("--speculative-adaptive in the extra SGLang args with --policy: give --policy alone")
+    if HOLD.is_set() or HOLD.is_set(cfg.env):
+        raise _fail(f"--policy with {HOLD.name} set: one decider holds the step count (the hold schedule "
+                    f"is the scan's); unset {HOLD.name}")
     why = release_reason(env.version)
     if why:
         raise _fail(f"--policy: {why}")

@@ -291,16 +291,22 @@ def test_sim_figures_deterministic_and_policy_holds_up():
 # ------------------------------------------------------------------ launch --policy
 
 
+LAUNCH_RELEASES = ("0.5.9", "0.5.12.post1", "0.5.13", "0.5.16", "0.5.23")
+
+
 @pytest.fixture()
 def models(tmp_path, monkeypatch):
+    # the release trees from the usual cache first; then the cache moves to tmp, where the
+    # written adaptive config lands
+    roots = {v: str(releases.fetch(v)) for v in LAUNCH_RELEASES}
     monkeypatch.setenv("SGLANG_EAGLE3_CACHE", str(tmp_path / "cache"))
     t = write_model(tmp_path / "t", "LlamaForCausalLM")
     d = write_model(tmp_path / "d", "LlamaForCausalLMEagle3", num_hidden_layers=1, draft_vocab_size=512)
-    return {"t": str(t), "d": str(d), "scan": str(H200), "tmp": tmp_path}
+    return {"t": str(t), "d": str(d), "scan": str(H200), "tmp": tmp_path, "roots": roots}
 
 
 def _launch(models, version, *more, scan=None):
-    return cli.main(["launch", "--sglang-root", str(releases.fetch(version)), "--model", models["t"],
+    return cli.main(["launch", "--sglang-root", models["roots"][version], "--model", models["t"],
                      "--draft", models["d"], "--policy", scan or models["scan"], "--no-sglang-check",
                      "--dry-run", *more])
 
@@ -331,6 +337,12 @@ def test_launch_policy_refusals(version, more, needle, models, capsys):
     assert _launch(models, version, *more) == 2
     err = capsys.readouterr().err
     assert needle in err and "Traceback" not in err, err
+
+
+def test_launch_policy_refuses_the_hold_schedule(models, capsys, monkeypatch):
+    monkeypatch.setenv("SGLANG_EAGLE3_HOLD", "50")
+    assert _launch(models, "0.5.23") == 2
+    assert "SGLANG_EAGLE3_HOLD set" in capsys.readouterr().err
 
 
 def test_launch_policy_bad_scan_one_line(models, capsys):
