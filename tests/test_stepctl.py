@@ -89,6 +89,7 @@ def test_hold_settings_and_refusals():
 class FakeWorker:
     def __init__(self, steps: int) -> None:
         self.speculative_num_steps = steps
+        self.speculative_num_draft_tokens = steps + 1
 
 
 class FakeController:
@@ -103,8 +104,9 @@ class FakeController:
         self.ema_calls = 0
 
     def _activate(self, steps: int) -> None:
-        self.switches.append(steps)
+        self.switches.append(steps)  # what apply_runtime_state sets (topk 1: draft tokens = steps + 1)
         self.worker.speculative_num_steps = steps
+        self.worker.speculative_num_draft_tokens = steps + 1
 
     # what SGLang's own methods would do: the hooks must not call them while a decider holds
     def activate_step_by_batch(self, batch_size: int) -> None:
@@ -209,3 +211,14 @@ def test_hold_and_policy_together_compile_to_a_refusal(release_root):
     ctl = [h for h in plan.hooks if h.family == "stepctl"]
     assert [h.role for h in ctl] == ["stepctl-init"] and ctl[0].detail["refuse"] == why
     assert any(h.role == "cycle" for h in plan.hooks)  # the probes are unaffected
+
+
+@pytest.mark.parametrize("release_root", ["0.5.13"], indirect=True)
+def test_describe_says_what_step_control_does_here(release_root):
+    env = sglang_env.locate(release_root)
+    d = plugin.describe(env, {"SGLANG_EAGLE3_HOLD": "32"})
+    assert d["active"] and d["switches"]["step_control"] == "hold"
+    sc = d["step_control"]
+    assert sc["ok"] and not sc["step0"] and sc["refused"] is None and "loader refuses 0" in sc["reason"]
+    assert [h["role"] for h in d["plan"]["hooks"]] == ["stepctl-init", "stepctl-activate", "stepctl-verify"]
+    assert "step_control" not in plugin.describe(env, {})
