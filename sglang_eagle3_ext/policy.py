@@ -203,7 +203,7 @@ def table_from_doc(doc: Any, graph_bs: Sequence[int] | None = None, source: str 
         if c.get("cycle_ms") is None:
             continue  # a cell the scan could not measure (interrupted): no cost, skipped
         ms = _num(c.get("cycle_ms"), "cycle_ms", cw, positive=True)
-        w = float(c["cycles"]) if isinstance(c.get("cycles"), int) and c["cycles"] > 0 else 1.0
+        w = float(c["cycles"]) if isinstance(c.get("cycles"), int) and c["cycles"] > 0 else float(MIN_CELL_CYCLES)
         raw.append((steps, bs, ms, w, c.get("graph") is False))
         if steps == 0:
             continue
@@ -219,19 +219,23 @@ def table_from_doc(doc: Any, graph_bs: Sequence[int] | None = None, source: str 
         if pp:
             if not isinstance(pp, list) or len(pp) > steps:
                 raise ValueError(f"{cw}: per_position must be a list of at most steps rates")
-            rates = [_num(r, "per_position rate", cw) for r in pp]
-            if any(not 0.0 <= r <= 1.0 for r in rates):
+            # None = no request reached that position in this cell (probes/window.py per_position_rates)
+            rates = [None if r is None else _num(r, "per_position rate", cw) for r in pp]
+            if any(r is not None and not 0.0 <= r <= 1.0 for r in rates):
                 raise ValueError(f"{cw}: per_position rates must lie in [0, 1]")
         elif al is not None:
             rates = [_flat_rate(al, steps)] * steps
         else:
             rates = []
         for i, r in enumerate(rates):
+            if r is None:
+                continue
             p = pos.setdefault(i, [0.0, 0.0])
             p[0] += r * w
             p[1] += w
     if not raw:
         raise ValueError(f"{where}: no cell has a cycle_ms")
+    raw = _drop_thin(raw)
     top = max(c[0] for c in raw)
     if top < 1:
         raise ValueError(f"{where}: only step 0 was measured: nothing to speculate with")
@@ -245,6 +249,17 @@ def table_from_doc(doc: Any, graph_bs: Sequence[int] | None = None, source: str 
             prior.append(prior[-1] if prior else 0.5)  # a position no cell reached: the last known
     return ScanTable(raw, prior, {s: a / w for s, (a, w) in acc.items()},
                      list(graph_bs) if graph_bs else default_cuda_graph_bs(), source)
+
+
+MIN_CELL_CYCLES = 20  # a cell of fewer cycles (a batch size passed through while a level drains) is noise
+
+
+def _drop_thin(raw: list[tuple[int, int, float, float, bool]]) -> list[tuple[int, int, float, float, bool]]:
+    """Leave out cells of fewer than MIN_CELL_CYCLES cycles where the same step count has fuller
+    ones: the scan keeps the drain batch sizes of a level (requests finishing one by one), whose
+    few cycles would bend the interpolation between the measured levels."""
+    full = {c[0] for c in raw if c[3] >= MIN_CELL_CYCLES}
+    return [c for c in raw if c[3] >= MIN_CELL_CYCLES or c[0] not in full]
 
 
 def load_table(path: str | Path, graph_bs: Sequence[int] | None = None) -> ScanTable:

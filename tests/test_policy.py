@@ -494,3 +494,16 @@ def test_end_to_end_through_stepctl_probes_and_profile(tmp_path, monkeypatch, ca
     assert cli.main(["profile", str(tmp_path / "prof.jsonl")]) == 0
     out = capsys.readouterr().out
     assert "Throughput policy" in out and "expected" in out
+
+
+def test_scan_cells_as_the_scan_writes_them():
+    """The scan keeps the drain batch sizes of a level (few cycles) and per_position None where no
+    request reached a position: thin cells do not bend the cost curve, None rates are skipped."""
+    cells = [dict(_cell(3, 8, 10.0), cycles=400, level=8), dict(_cell(3, 32, 20.0), cycles=400, level=32),
+             dict(_cell(3, 20, 99.0), cycles=3, level=32),                     # a drain batch: noise
+             dict(_cell(3, 1, 8.0), cycles=300, level=1, per_position=[0.9, None, None]),
+             dict(_cell(1, 8, 7.0), cycles=5, level=8)]                         # only a thin cell: kept
+    t = policy.table_from_doc(_scan(cells))
+    assert t.cycle_ms(3, 20) == pytest.approx(10.0 + 10.0 * (20 - 8) / 24)
+    assert t.cycle_ms(1, 8) == 7.0
+    assert 0.8 < t.prior[0] < 0.9 and t.prior[1] == pytest.approx(0.8)
