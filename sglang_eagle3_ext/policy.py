@@ -36,6 +36,7 @@ import bisect
 import json
 import math
 import sys
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -316,6 +317,8 @@ class PolicyDecider:
         self._window = _Report()
         self._problem: str | None = None
         self._rates: list[float] | None = None   # cache, dropped by every observe
+        self._etoks: list[float] | None = None   # expected tokens per steps, same life
+        self._cost_cache: dict[tuple[int, tuple[int, ...]], dict[int, float]] = {}
 
     @property
     def candidates(self) -> list[int]:
@@ -344,14 +347,39 @@ class PolicyDecider:
 
     def eligible(self, batch_size: int, built: Sequence[int]) -> list[int]:
         """Built step counts the table can cost here (0 only where the table says it beats 1)."""
-        out = [s for s in sorted(set(built)) if s in self.table.points]
-        if 0 in out and not self.table.zero_allowed(batch_size):
-            out.remove(0)
-        return out
+        return sorted(self._costs(batch_size, built))
+
+    def _costs(self, batch_size: int, built: Sequence[int]) -> dict[int, float]:
+        """{steps: table cycle ms} of the eligible built states at this batch size. The table
+        never changes while serving, so this is cached per (padded batch size, built states)."""
+        key = (pad_batch(batch_size, self.table.graph_bs), tuple(built))
+        got = self._cost_cache.get(key)
+        if got is None:
+            got = {}
+            for s in sorted(set(built)):
+                ms = self.table.cycle_ms(s, batch_size)
+                if ms is not None and ms > 0:
+                    got[s] = ms
+            if 0 in got and not self.table.zero_allowed(batch_size):
+                del got[0]
+            self._cost_cache[key] = got
+        return got
+
+    def _expected(self) -> list[float]:
+        """Expected tokens per request at 0..max steps from the current rates (one pass)."""
+        if self._etoks is None:
+            e, run, out = 1.0, 1.0, [1.0]
+            for p in self.rates():
+                run *= p
+                e += run
+                out.append(e)
+            self._etoks = out
+        return self._etoks
 
     def best(self, batch_size: int, cands: Sequence[int]) -> tuple[int, dict[int, float]]:
-        rates = self.rates()
-        r = {s: v for s in cands if (v := self.rate(s, batch_size, rates)) is not None}
+        costs = self._costs(batch_size, cands)
+        et = self._expected()
+        r = {s: (et[s] if s < len(et) else et[-1]) / ms for s, ms in costs.items()}
         return max(r, key=lambda s: (r[s], -s)), r   # a tie goes to the fewer steps
 
     # -- the Decider protocol
@@ -364,12 +392,13 @@ class PolicyDecider:
             return current if current in built else (max(built) if built else current)
 
     def _choose(self, batch_size: int, current: int, built: Sequence[int]) -> int:
-        cands = self.eligible(batch_size, built)
-        if not cands:
+        costs = self._costs(batch_size, built)
+        if not costs:
             return current if current in built else max(built)
         key = pad_batch(batch_size, self.table.graph_bs)
         t = self.tiers.setdefault(key, _Tier())
         t.cycles += 1
+        cands = sorted(costs)
         best, r = self.best(batch_size, cands)
         if t.steps not in r:                      # a new tier (or its choice is gone): the best now
             t.steps, t.dwell = best, 0
@@ -397,13 +426,17 @@ class PolicyDecider:
         n = min(steps, len(self.trials))
         if n <= 0:
             return                                 # step 0 drafts nothing: no acceptance seen
-        self._rates = None
-        for c in correct:
-            c = min(max(int(c), 0), steps)
+        if not correct:
+            return
+        self._rates = self._etoks = None
+        if min(correct) < 0 or max(correct) > steps:
+            correct = [min(max(int(c), 0), steps) for c in correct]
+        for c, k in Counter(correct).items():     # O(distinct counts x steps), not O(requests)
+            c = int(c)
             for i in range(min(c + 1, n)):         # positions 1..c accepted, c+1 rejected
-                self.trials[i] += 1
+                self.trials[i] += k
                 if i < c:
-                    self.hits[i] += 1
+                    self.hits[i] += k
         if self.trials[0] >= self.half_life:
             self.trials = [x // 2 for x in self.trials]
             self.hits = [x // 2 for x in self.hits]
@@ -416,6 +449,7 @@ class PolicyDecider:
         try:
             if graph_bs and sorted(set(graph_bs)) != self.table.graph_bs:
                 self.table.regraph(graph_bs)
+                self._cost_cache.clear()
         except Exception as exc:  # noqa: BLE001 - never raise into SGLang
             self._warn(f"policy decider (graph sizes): {exc!r}")
 
