@@ -105,6 +105,26 @@ def apply_policy(cfg: LaunchConfig, env: SGLangEnv, extra: dict[str, str | bool]
              f"{out} with one tier listing {cands}; {POLICY.name} set (the plugin installs the decider)"]
     if dropped:
         notes.append(f"policy: step 0 left out: SGLang {env.version}'s adaptive loader wants positive steps")
+    notes += _mismatch_notes(scan, cfg, env)
+    return notes
+
+
+def _mismatch_notes(scan: Path, cfg: LaunchConfig, env: SGLangEnv) -> list[str]:
+    """The scan's costs are this server's only if it measured the same release, target and draft."""
+    try:
+        doc = json.loads(scan.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    notes = []
+    v = doc.get("sglang_version")
+    if isinstance(v, str) and v != env.version:
+        notes.append(f"policy: the scan measured SGLang {v}, this launch runs {env.version}: its cycle costs "
+                     f"may not hold here (scan again on this release)")
+    for key, mine in (("model", cfg.model), ("draft", cfg.draft)):
+        theirs = doc.get(key)
+        if isinstance(theirs, str) and mine and Path(theirs).expanduser().name != Path(str(mine)).expanduser().name:
+            notes.append(f"policy: the scan's {key} was {theirs}, this launch's is {mine}: its costs and "
+                         f"acceptance may not hold")
     return notes
 
 

@@ -324,6 +324,8 @@ def test_launch_policy_argv_env_and_config(version, cands, models, capsys):
     assert len(cfgs) == 1 and str(cfgs[0]) in out
     assert json.loads(cfgs[0].read_text()) == {"1": {"candidate_steps": cands}}
     assert ("step 0 left out" in cap.err) == (version == "0.5.13")
+    # the committed scan measured 0.5.16 with another target: said, not refused
+    assert ("the scan measured SGLang 0.5.16" in cap.err) == (version != "0.5.16")
 
 
 @pytest.mark.parametrize("version,more,needle", [
