@@ -509,3 +509,16 @@ def test_scan_cells_as_the_scan_writes_them():
     assert t.cycle_ms(3, 20) == pytest.approx(10.0 + 10.0 * (20 - 8) / 24)
     assert t.cycle_ms(1, 8) == 7.0
     assert 0.8 < t.prior[0] < 0.9 and t.prior[1] == pytest.approx(0.8)
+
+
+def test_policy_over_a_static_preset_and_as_a_preset_key(models, capsys):
+    preset = Path(models["tmp"]) / "static.yaml"
+    preset.write_text(f"model: {models['t']}\ndraft: {models['d']}\nsteps: 3\ntopk: 4\ndraft_tokens: 8\n")
+    rc = cli.main(["launch", "--sglang-root", models["roots"]["0.5.23"], str(preset), "--policy", models["scan"],
+                   "--no-sglang-check", "--dry-run"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "--speculative-eagle-topk 1" in out and "--speculative-num-steps 5" in out
+    keyed = Path(models["tmp"]) / "p.yaml"
+    keyed.write_text(f"model: {models['t']}\ndraft: {models['d']}\npolicy: {models['scan']}\n")
+    rc = cli.main(["launch", "--sglang-root", models["roots"]["0.5.23"], str(keyed), "--no-sglang-check", "--dry-run"])
+    assert rc == 0 and f"SGLANG_EAGLE3_POLICY={H200}" in capsys.readouterr().out
