@@ -391,7 +391,7 @@ def written_tiers(table: policy.ScanTable, levels: Sequence[int]) -> dict[int, d
 def workloads(table_rates: Sequence[float], tokens: int) -> dict[str, list[Phase]]:
     """Steady loads, a transition run (phases of low and high concurrency in one run, in the
     manner of SGLang's benchmark/bench_adaptive_speculative.py) and a drop in acceptance."""
-    low = [min(r, 0.45) for r in table_rates]
+    low = [min(r, 0.3) for r in table_rates]
     half = tokens // 2
     return {
         "steady 1": [Phase(1, tokens, table_rates)],
@@ -402,7 +402,7 @@ def workloads(table_rates: Sequence[float], tokens: int) -> dict[str, list[Phase
                        Phase(8, half, table_rates, "8"), Phase(64, half, table_rates, "64"),
                        Phase(1, half, table_rates, "1 again")],
         "acceptance drop at 8": [Phase(8, half, table_rates, "as scanned"),
-                                 Phase(8, half, low, "rates <= 0.45")],
+                                 Phase(8, half, low, "rates <= 0.3")],
     }
 
 

@@ -49,7 +49,7 @@ DEFAULT_HYSTERESIS_PCT = 2.0
 DEFAULT_MIN_DWELL = 16          # cycles of the tier
 DEFAULT_EXPLORE_EVERY = 64      # every 64th cycle of a tier runs the next larger candidate
 DEFAULT_PRIOR_WEIGHT = 64       # pseudo-requests behind the scan's per-position rates
-DEFAULT_HALF_LIFE = 4096        # requests at position 1 before all counts are halved
+DEFAULT_HALF_LIFE = 2048        # requests at position 1 before all counts are halved
 
 
 # ------------------------------------------------------------------ CUDA-graph padding

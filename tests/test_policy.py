@@ -160,9 +160,9 @@ def test_picks_the_table_best_and_follows_acceptance():
     dec = policy.PolicyDecider(t, explore_every=0)
     # the H200 table with its own acceptance: 5 steps at every load (the sweep agrees)
     assert {dec.choose(bs, 5, [0, 1, 2, 3, 4, 5]) for bs in (1, 8, 32, 64)} == {5}
-    # drafts that never get past position 1: after enough verifies, 1 step wins at every load
+    # drafts right at position 1 and never at 2: after enough verifies, 1 step wins at every load
     for _ in range(400):
-        dec.observe([0] * 8, 8, 5)
+        dec.observe([1] * 8, 8, 5)
     for _ in range(200):
         got = {bs: dec.choose(bs, 5, [0, 1, 2, 3, 4, 5]) for bs in (1, 8, 32)}
     assert set(got.values()) == {1}, got
