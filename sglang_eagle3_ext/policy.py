@@ -338,13 +338,6 @@ class PolicyDecider:
                            for h, t, p in zip(self.hits, self.trials, self.table.prior, strict=True)]
         return self._rates
 
-    def rate(self, steps: int, batch_size: int, rates: Sequence[float] | None = None) -> float | None:
-        """Expected tokens per ms per request at ``steps`` for this batch size."""
-        ms = self.table.cycle_ms(steps, batch_size)
-        if ms is None or ms <= 0:
-            return None
-        return expected_tokens(self.rates() if rates is None else rates, steps) / ms
-
     def eligible(self, batch_size: int, built: Sequence[int]) -> list[int]:
         """Built step counts the table can cost here (0 only where the table says it beats 1)."""
         return sorted(self._costs(batch_size, built))
