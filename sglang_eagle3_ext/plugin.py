@@ -327,6 +327,7 @@ class _State:
     allreduce: str | None = None
     depth: int = 0
     spec: tuple = ()
+    stepctl_checked: bool = False
     notes: list[str] = field(default_factory=list)
 
 
@@ -570,6 +571,8 @@ def _cycle_hook(rule: dict[str, str]) -> Callable[..., Any]:
         probes = _probes()
         if _S.missing is None:
             verify()
+        if not _S.stepctl_checked:  # once: by the first decode cycle init_states has run, if ever
+            _S.stepctl_checked = True
             if any(h.family == "stepctl" for h in _S.registered) and stepctl.installed() is None:
                 logger.error("step control was asked for but no adaptive controller built its states: "
                              "start SGLang with --speculative-adaptive (steps are not held)")

@@ -169,6 +169,7 @@ def test_a_retracted_batch_does_not_shift_the_counts(tmp_path):
         probes.tag_cycle(2, 1, 3, bs, False, -1)
         clock.ms(10)
         probes.cycle_end()
+    probes.record_accept([], bonus_included=False)  # an empty verify belongs to no cycle
     probes.record_accept([1, 1], bonus_included=False)  # the bs-2 cycle's counts
     probes.cycle_begin()
     rec = probes.flush()
@@ -284,3 +285,17 @@ def test_committed_hold_sample_is_what_the_probes_write(tmp_path, monkeypatch):
     assert ctl["choices"] == {"1": {"0": 24, "1": 24, "2": 24, "3": 24}, "8": {"0": 24, "1": 24, "2": 24, "3": 24}}
     assert all(len(v["parts"]) == 3 for v in keys.values())  # 3 blocks per (steps, bs)
     assert keys["s0.k1.d1.b8.g"]["per_position"] == [] and keys["s0.k1.d1.b8.g"]["accept_len"] == 1.0
+
+
+def test_server_log_blocks_say_what_ran_too(tmp_path):
+    """The block's 'Steps ran' line reads back from a server log into control.choices."""
+    from sglang_eagle3_ext.probes.window import format_block
+
+    recs = [json.loads(x) for x in HOLD_SAMPLE.read_text().splitlines()]
+    log = tmp_path / "server.log"
+    log.write_text("\n".join(["INFO noise"] + [format_block(r) for r in recs]) + "\n")
+    run = profile_log.load(log)
+    assert [r["control"] for r in run.records] == [
+        {**{k: r["control"][k] for k in ("decider", "block", "choices")}, "candidates": None} for r in recs]
+    assert profile_log.summarize(run, all_windows=True)["control"]["choices"] == \
+        profile_log.control_summary(recs)["choices"]

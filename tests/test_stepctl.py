@@ -222,3 +222,24 @@ def test_describe_says_what_step_control_does_here(release_root):
     assert sc["ok"] and not sc["step0"] and sc["refused"] is None and "loader refuses 0" in sc["reason"]
     assert [h["role"] for h in d["plan"]["hooks"]] == ["stepctl-init", "stepctl-activate", "stepctl-verify"]
     assert "step_control" not in plugin.describe(env, {})
+
+
+def test_hold_without_an_adaptive_controller_is_said_at_the_first_decode_cycle(monkeypatch, caplog):
+    """Started without --speculative-adaptive: no init_states ever runs; the first decode cycle
+    (probes on) names it, once."""
+    import logging
+
+    from sglang_eagle3_ext import probes
+
+    monkeypatch.setattr(plugin._S, "missing", [])
+    monkeypatch.setattr(plugin._S, "stepctl_checked", False)
+    monkeypatch.setattr(plugin._S, "registered", [plugin.Hook("stepctl-init", "stepctl", "x.init_states")])
+    cycle = plugin._cycle_hook({"rule": "not_extend", "arg": "batch", "extend_in_batch": "false"})
+    mode = types.SimpleNamespace(is_extend=lambda: False, is_idle=lambda: False)
+    batch = types.SimpleNamespace(forward_mode=mode)
+    probes.reset(environ={})
+    with caplog.at_level(logging.ERROR, logger="sglang_eagle3_ext.plugin"):  # attaches to our logger
+        for _ in range(2):
+            cycle(lambda self, batch: None, FakeWorker(3), batch)
+    msgs = [r.getMessage() for r in caplog.records if "no adaptive controller" in r.getMessage()]
+    assert len(msgs) == 1 and "--speculative-adaptive" in msgs[0]
