@@ -96,9 +96,9 @@ def apply_policy(cfg: LaunchConfig, env: SGLangEnv, extra: dict[str, str | bool]
         table = policy.load_table(scan)
     except ValueError as exc:
         raise _fail(f"--policy: {exc}") from None
-    cands, dropped = _candidates(table, env)
+    doc, cands, dropped = _adaptive_config(table, env)
     out = policy_config_path(scan)
-    _write_config(out, cands, env)
+    _write_config(out, doc)
     cfg.adaptive = str(out)
     cfg.env[POLICY.name] = str(scan)
     notes = [f"policy: {scan} ({len(table.cells)} cells; candidates {table.candidates}); adaptive config "
@@ -128,22 +128,22 @@ def _mismatch_notes(scan: Path, cfg: LaunchConfig, env: SGLangEnv) -> list[str]:
     return notes
 
 
-def _candidates(table: policy.ScanTable, env: SGLangEnv) -> tuple[list[int], bool]:
-    from . import adaptive  # the shared adaptive-format helpers (the release's own loader)
-
-    loader = adaptive.release_loader(env.package_dir)
-    cands = table.candidates
-    if 0 in cands and not loader.allows_zero:
-        return [s for s in cands if s > 0], True
-    return cands, False
-
-
-def _write_config(out: Path, cands: list[int], env: SGLangEnv) -> None:
+def _adaptive_config(table: policy.ScanTable, env: SGLangEnv) -> tuple[dict, list[int], bool]:
+    """(config document, candidates, step 0 dropped) in the release's format: one tier, key 1,
+    listing the table's candidates. The one place this module uses the adaptive-format helpers
+    (the release's own loader decides the format and whether 0 is allowed)."""
     from . import adaptive
 
     loader = adaptive.release_loader(env.package_dir)
+    cands = table.candidates
+    dropped = 0 in cands and not loader.allows_zero
+    if dropped:
+        cands = [s for s in cands if s > 0]
     tier = adaptive.TierChoice(batch_size=1, tok_s={}, best_steps=max(cands), candidates=cands)
-    doc = adaptive.config_for([tier], loader.format)
+    return adaptive.config_for([tier], loader.format), cands, dropped
+
+
+def _write_config(out: Path, doc: dict) -> None:
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
