@@ -522,3 +522,23 @@ def test_policy_over_a_static_preset_and_as_a_preset_key(models, capsys):
     keyed.write_text(f"model: {models['t']}\ndraft: {models['d']}\npolicy: {models['scan']}\n")
     rc = cli.main(["launch", "--sglang-root", models["roots"]["0.5.23"], str(keyed), "--no-sglang-check", "--dry-run"])
     assert rc == 0 and f"SGLANG_EAGLE3_POLICY={H200}" in capsys.readouterr().out
+
+
+def test_transition_figure_from_committed_ladders():
+    """benchmarks/transition.py on the H200 round-3 ladders: whole-run tok/s = all completion
+    tokens / all wall time of run r over every level, a t-interval over the 3 runs."""
+    import transition
+
+    lad = REPO / "docs/data/h200-2026-12-01/8b-p08/p08/configs/eagle3-s5-k1-d6-no-nccl/ladder.json"
+    doc = json.loads(lad.read_text())
+    got = transition.whole_run(doc)
+    runs = {}
+    for lv in doc["levels"]:
+        for r in lv["bench"]["runs"]:
+            t, w = runs.get(r["index"], (0.0, 0.0))
+            runs[r["index"]] = (t + r["completion_tokens"], w + r["wall_s"])
+    want = sum(t / w for t, w in runs.values()) / len(runs)
+    assert got["runs"] == 3 and got["order"] == [1, 8, 32] and got["tok_s"] == pytest.approx(want, abs=0.05)
+    assert got["interval"][0] < got["tok_s"] < got["interval"][1]
+    with pytest.raises(ValueError, match="not a ladder"):
+        transition.whole_run({"levels": []})
