@@ -548,6 +548,9 @@ def validate(cfg: LaunchConfig, env: SGLangEnv, *, sglang_check: bool | None = N
         raise _fail(f"{f} in the extra SGLang args: use the wrapper's {OWNED_FLAGS[f]} so it is validated")
     _check_basic(cfg)
     algo = None if cfg.no_spec else normalise_algorithm(cfg.algorithm)
+    from .policy_launch import apply_policy  # --policy writes the config --adaptive then checks
+
+    notes += apply_policy(cfg, env, extra)
     notes += apply_adaptive(cfg, env, extra)
     _check_spec_values(cfg, extra)
     notes += _check_models(cfg, env, algo)

@@ -67,6 +67,10 @@ class LaunchConfig:
         cli="--adaptive", group=GROUP_SPEC, metavar="FILE", expand=True,
         help="SGLang adaptive speculation (0.5.12+, topk 1) with this tier config "
              "(sgl-eagle3 adaptive write); --steps/--draft-tokens are set from it")
+    policy: str | None = _opt(  # scan result -> adaptive + the throughput policy (policy_launch.py)
+        cli="--policy", group=GROUP_SPEC, metavar="SCAN_RESULT", expand=True,
+        help="SGLang adaptive speculation (0.5.13+) with the throughput policy choosing the step count "
+             "from this scan's cycle costs (sgl-eagle3 scan); not with --adaptive")
     no_spec: bool = _opt(False, cli="--no-spec", group=GROUP_SPEC, help="plain decoding (a baseline)")
     tp: int | None = _opt(cli="--tp", group=GROUP_SPEC, help="tensor parallel size")
     nccl: str | None = _opt(cli="--nccl", group=GROUP_ENV, metavar="PRESET",
@@ -274,7 +278,7 @@ def override(cfg: LaunchConfig, **values: Any) -> LaunchConfig:
                 changes[k] = None
     elif any(k in changes for k in ("steps", "topk", "draft_tokens", "draft")) and "no_spec" not in changes:
         changes["no_spec"] = False
-    if changes.get("adaptive"):
+    if changes.get("adaptive") or changes.get("policy"):
         # --adaptive decides the start steps (flags.apply_adaptive); a preset's static spec values
         # (e.g. topk 4) would contradict it. Values given with --adaptive itself are kept.
         for k in ("steps", "topk", "draft_tokens"):

@@ -539,7 +539,14 @@ def control_summary(records: list[dict[str, Any]]) -> dict[str, Any] | None:
     return {"decider": "+".join(deciders) or None, "candidates": cands,
             "choices": {bs: dict(sorted(v.items(), key=lambda kv: _key_order("s" + kv[0])))
                         for bs, v in sorted(choices.items(), key=lambda kv: _key_order("b" + kv[0]))},
-            "unmatched_accepts": sum(int(c.get("unmatched_accepts") or 0) for c in ctl)}
+            "unmatched_accepts": sum(int(c.get("unmatched_accepts") or 0) for c in ctl),
+            "policy": _policy_merge(ctl)}
+
+
+def _policy_merge(ctl: list[dict[str, Any]]) -> dict[str, Any] | None:
+    from .policy_report import merge  # the throughput policy's part of control (issue 25)
+
+    return merge(ctl)
 
 
 def summarize(run: ProfileRun, *, all_windows: bool = False) -> dict[str, Any]:

@@ -67,8 +67,15 @@ def control() -> dict[str, Any]:
         return {"decider": None, "block": None, "candidates": None}
     cands = getattr(d, "candidates", None)
     b = current_block()
-    return {"decider": getattr(d, "name", "?"), "block": b if b >= 0 else None,
+    head = {"decider": getattr(d, "name", "?"), "block": b if b >= 0 else None,
             "candidates": list(cands) if cands is not None else None}
+    extra = getattr(d, "window_control", None)  # the policy: what it expected of its choices
+    if callable(extra):
+        try:
+            head["policy"] = extra()
+        except Exception as exc:  # noqa: BLE001 - reporting only, never into SGLang
+            _warn_once("control", "step control: %s report failed (%s)", getattr(d, "name", "?"), exc)
+    return head
 
 
 # ------------------------------------------------------------------------------------------------

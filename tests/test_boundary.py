@@ -19,6 +19,7 @@ PKG = Path(__file__).resolve().parent.parent / "sglang_eagle3_ext"
 # patched files call, and what those two routes read (docs/architecture.md, "Two sides")
 INSIDE = ["plugin", "probes", "probes._profiler", "probes.timers", "probes.window", "probes.metrics",
           "layers", "nccl", "settings", "patcher", "stepctl", "hold"]
+INSIDE += ["policy"]  # the throughput policy: stepctl.make_decider imports it (importlib) inside SGLang
 
 
 def _path(mod: str) -> Path:

@@ -76,7 +76,7 @@ def _parser() -> argparse.ArgumentParser:
 
 # Every option `launch --help` had before the options were generated from the fields.
 OLD_OPTIONS = {
-    "--model", "--draft", "--algorithm", "--steps", "--topk", "--draft-tokens", "--adaptive", "--no-spec",
+    "--model", "--draft", "--algorithm", "--steps", "--topk", "--draft-tokens", "--adaptive", "--policy", "--no-spec",
     "--tp", "--aux-layers", "--nccl", "--profile", "--profile-every", "--profile-mode", "--profile-out",
     "--host", "--port", "--log", "--timeout", "--detach", "--pid-file", "--nnodes", "--dist-init-addr",
     "--dry-run", "--no-sglang-check", "--python", "--server-module",

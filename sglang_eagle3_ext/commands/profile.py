@@ -303,6 +303,10 @@ def run(args: argparse.Namespace) -> int:
     for extra in (_boundary_table(summaries), _batch_table(summaries), _choices_table(summaries)):
         if extra is not None:
             out.print(extra)
+    from ..policy_report import table as policy_table  # issue 25: what the policy chose and got
+
+    if (pt := policy_table(summaries)) is not None:
+        out.print(pt)
     for base, spread in ranks.items():
         out.print(_rank_table(base, spread))
     for s in summaries:

@@ -232,6 +232,15 @@ class _Metrics:
         self.info = gauge("probe_info", "1 for the timing mode, route and speculative config of the "
                           "latest window", ("mode", "route", "sglang_version", "steps", "topk",
                                             "draft_tokens", "schema"))
+        # the throughput policy (issue 25): beside SGLang's own sglang:spec_num_steps (the active
+        # step count), what the policy chose per batch size and what it expected of it
+        self.pol_cycles = counter("policy_cycles", "Decode cycles the throughput policy ran per batch size "
+                                  "and step count (exploration cycles included)", ("batch_size", "steps"))
+        self.pol_steps = gauge("policy_steps", "Step count the throughput policy ran most at this batch "
+                               "size in the latest window", ("batch_size",))
+        self.pol_expected = gauge("policy_expected_stream_tokens_per_second", "Per-stream tok/s the "
+                                  "policy expected of its choice (online acceptance / scan cycle ms), "
+                                  "latest window", ("batch_size", "steps"))
         self._zero()
 
     def _l(self, **extra: str) -> dict[str, str]:
@@ -279,6 +288,30 @@ class _Metrics:
         if ms.get("cycle"):
             self.cycle_time.labels(**self._l(cycles=cyc)).inc(ms["cycle"] * cycles / 1000.0)
 
+    def _policy(self, control: Any) -> None:
+        """The policy's choices of one window, grouped into the batch-size label buckets."""
+        pol = control.get("policy") if isinstance(control, Mapping) else None
+        if not isinstance(pol, Mapping):
+            return
+        expected = pol.get("expected_per_stream_tok_s") or {}
+        buckets: dict[str, dict[str, list[float]]] = {}   # bucket -> steps -> [cycles, expected x cycles, cycles with one]
+        for bs, by in (pol.get("chosen") or {}).items():
+            for s, n in (by or {}).items():
+                b = buckets.setdefault(batch_bucket(int(bs)), {}).setdefault(str(s), [0.0, 0.0, 0.0])
+                b[0] += int(n)
+                e = (expected.get(bs) or {}).get(s)
+                if e is not None:
+                    b[1] += float(e) * int(n)
+                    b[2] += int(n)
+        for bucket, by in buckets.items():
+            for s, (n, esum, en) in by.items():
+                if n:
+                    self.pol_cycles.labels(**self._l(batch_size=bucket, steps=s)).inc(n)
+                if en:
+                    self.pol_expected.labels(**self._l(batch_size=bucket, steps=s)).set(esum / en)
+            top = max(by, key=lambda k: (by[k][0], -int(k)))
+            self.pol_steps.labels(**self._l(batch_size=bucket)).set(int(top))
+
     def publish(self, rec: Mapping[str, Any]) -> None:
         cycles = int(rec.get("cycles") or 0)
         if cycles <= 0:
@@ -318,6 +351,7 @@ class _Metrics:
             self.needed.labels(**self.base).set(needed)
             self.margin.labels(**self.base).set(verdict_al - needed)
             self.speedup.labels(**self.base).set(verdict_al * 1000.0 / cyc_ms / self.baseline)
+        self._policy(rec.get("control"))
         sp = rec.get("spec") or {}
         self.info.labels(**self._l(
             mode=str(rec.get("mode") or ""), route=str(rec.get("route") or ""),

@@ -1,0 +1,79 @@
+"""Whole-run figures of a transition workload from `bench --concurrency` ladders (issue 25's GPU
+comparison: one server, phases of low and high concurrency in one run).
+
+A ladder with levels in the order of the phases (e.g. ``--concurrency 1,32,8,64``) runs on one
+server, level after level (all runs of a level, then the next), so the server sees the load
+change at each level; run ``r`` of the transition = run ``r`` of every level. Its figure = all completion tokens / all wall time of those runs; the interval is a 95 %
+t-interval over the runs (``--runs`` of the bench). Per level, the ladder's own per-stream and
+total tok/s are printed beside it. Several files (one per server: policy, SGLang's default tiers,
+`adaptive write` tiers, each static step count) are compared in one table.
+
+Run: python benchmarks/transition.py LADDER.json [LADDER.json ...] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+# two-sided 95 % Student t quantiles for n - 1 degrees of freedom (n = runs)
+_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+
+
+def whole_run(doc: dict[str, Any]) -> dict[str, Any]:
+    levels = doc.get("levels") or []
+    if not levels:
+        raise ValueError("no levels: not a ladder (bench --concurrency A,B,...)")
+    runs: dict[int, list[float]] = {}
+    for lv in levels:
+        for r in (lv.get("bench") or {}).get("runs") or []:
+            if r.get("completion_tokens") is None or not r.get("wall_s"):
+                continue
+            acc = runs.setdefault(int(r["index"]), [0.0, 0.0, 0])
+            acc[0] += float(r["completion_tokens"])
+            acc[1] += float(r["wall_s"])
+            acc[2] += 1
+    full = [t / w for t, w, n in runs.values() if n == len(levels) and w > 0]
+    if not full:
+        raise ValueError("no run index present at every level")
+    mean = statistics.fmean(full)
+    half = (_T95.get(len(full) - 1, 1.96) * statistics.stdev(full) / math.sqrt(len(full))) if len(full) > 1 else None
+    return {"order": [lv["concurrency"] for lv in levels], "runs": len(full), "tok_s": round(mean, 1),
+            "interval": [round(mean - half, 1), round(mean + half, 1)] if half is not None else None,
+            "levels": {str(lv["concurrency"]): {"per_stream_tok_s": lv["summary"].get("per_stream_tok_s"),
+                                                "throughput_tok_s": lv["summary"].get("throughput_tok_s")}
+                       for lv in levels}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("ladders", nargs="+", type=Path)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    out = {}
+    for p in a.ladders:
+        try:
+            out[str(p)] = whole_run(json.loads(p.read_text()))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"{p}: {exc}", file=sys.stderr)
+            return 2
+    if a.json:
+        print(json.dumps(out, indent=1))
+        return 0
+    best = max(v["tok_s"] for v in out.values())
+    for p, v in out.items():
+        iv = f"[{v['interval'][0]}, {v['interval'][1]}]" if v["interval"] else "(one run)"
+        lv = " / ".join(f"{k}: {x['throughput_tok_s']:.0f}" for k, x in v["levels"].items()
+                        if x["throughput_tok_s"] is not None)
+        print(f"{p}: {v['tok_s']:.1f} tok/s whole run {iv} over {v['runs']} runs "
+              f"({(v['tok_s'] / best - 1) * 100:+.2f} % vs the best file); per level total tok/s {lv}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,114 @@
+"""What the throughput policy chose, over the windows of a profile (workbench side).
+
+Input: the ``control.policy`` part of eagle3_prof/3 records (policy.PolicyDecider.window_control:
+per batch size and step count the cycles it chose, the exploration cycles among them, and the mean
+per-stream tok/s it expected of them) and the records' ``by_key`` steady-cycle figures (what
+those cycles delivered). ``merge`` sums the windows; ``rows`` puts expected next to realised per
+(batch size, steps); ``table`` renders them for ``profile``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+
+def merge(controls: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """Sum the ``policy`` parts of the windows' ``control``; None when no window has one."""
+    cycles: dict[str, dict[str, int]] = {}
+    explore: dict[str, dict[str, int]] = {}
+    exp_sum: dict[str, dict[str, float]] = {}
+    switches, last = 0, None
+    for c in controls:
+        p = c.get("policy") if isinstance(c, Mapping) else None
+        if not isinstance(p, Mapping):
+            continue
+        last = p
+        switches += int(p.get("switches") or 0)
+        chosen = p.get("chosen") or {}
+        for bs, by in chosen.items():
+            for s, n in by.items():
+                row = cycles.setdefault(str(bs), {})
+                row[str(s)] = row.get(str(s), 0) + int(n)
+                e = (p.get("expected_per_stream_tok_s") or {}).get(bs, {}).get(s)
+                if e is not None:
+                    er = exp_sum.setdefault(str(bs), {})
+                    er[str(s)] = er.get(str(s), 0.0) + float(e) * int(n)
+        for bs, by in (p.get("explore") or {}).items():
+            for s, n in by.items():
+                row = explore.setdefault(str(bs), {})
+                row[str(s)] = row.get(str(s), 0) + int(n)
+    if last is None:
+        return None
+    expected = {bs: {s: round(v / cycles[bs][s], 2) for s, v in by.items() if cycles[bs].get(s)}
+                for bs, by in exp_sum.items()}
+    return {"cycles": _sorted(cycles), "explore": _sorted(explore), "expected_per_stream_tok_s": _sorted(expected),
+            "switches": switches, "rates": last.get("rates"), "tiers": last.get("tiers"),
+            "source": last.get("source")}
+
+
+def _sorted(d: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    def num(k: str) -> tuple[int, str]:
+        return (int(k), k) if k.lstrip("-").isdigit() else (1 << 30, k)
+    return {bs: dict(sorted(v.items(), key=lambda kv: num(kv[0]))) for bs, v in sorted(d.items(), key=lambda kv: num(kv[0]))}
+
+
+def realised(by_key: Mapping[str, Mapping[str, Any]]) -> dict[tuple[int, int], dict[str, Any]]:
+    """(bs, steps) -> steady cycles and per-stream tok/s, summed over the keys of that pair
+    (graph and eager cycles of one pair merge, cycle-weighted)."""
+    out: dict[tuple[int, int], dict[str, Any]] = {}
+    for k in by_key.values():
+        bs, steps, n, v = k.get("bs"), k.get("steps"), int(k.get("cycles") or 0), k.get("per_stream_tok_s")
+        if bs is None or steps is None or not n or v is None:
+            continue
+        e = out.setdefault((int(bs), int(steps)), {"cycles": 0, "sum": 0.0})
+        e["cycles"] += n
+        e["sum"] += float(v) * n
+    return {key: {"cycles": e["cycles"], "per_stream_tok_s": round(e["sum"] / e["cycles"], 2)}
+            for key, e in out.items()}
+
+
+def rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per (batch size, steps) the policy chose, expected next to realised."""
+    pol = (summary.get("control") or {}).get("policy")
+    if not pol:
+        return []
+    real = realised(summary.get("by_key") or {})
+    out = []
+    for bs, by in pol["cycles"].items():
+        total = sum(by.values()) or 1
+        for s, n in by.items():
+            exp = (pol["expected_per_stream_tok_s"].get(bs) or {}).get(s)
+            r = real.get((int(bs), int(s)))
+            rv = r["per_stream_tok_s"] if r else None
+            out.append({"bs": int(bs), "steps": int(s), "cycles": n, "share": round(n / total, 4),
+                        "explore": int((pol["explore"].get(bs) or {}).get(s, 0)), "expected_per_stream_tok_s": exp,
+                        "realised_per_stream_tok_s": rv, "realised_cycles": r["cycles"] if r else 0,
+                        "realised_vs_expected_pct": round((rv / exp - 1) * 100, 1) if (rv and exp) else None})
+    return out
+
+
+def table(summaries: list[dict[str, Any]]):
+    """The ``profile`` table, or None when no file ran the policy."""
+    from pathlib import Path
+
+    from rich.table import Table
+
+    have = [(s, rows(s)) for s in summaries]
+    have = [(s, r) for s, r in have if r]
+    if not have:
+        return None
+    t = Table(title="Throughput policy: steps chosen per batch size, expected vs realised per-stream tok/s "
+                    "(expected: online acceptance / scan cycle ms; realised: this file's steady cycles of that key)")
+    for c in ("file", "batch", "steps", "cycles (share)", "explore", "expected", "realised", "diff"):
+        t.add_column(c, justify="left" if c == "file" else "right")
+    for s, rs in have:
+        for r in rs:
+            t.add_row(Path(s["file"]).name, str(r["bs"]), str(r["steps"]), f"{r['cycles']} ({r['share']:.0%})",
+                      str(r["explore"]), _f(r["expected_per_stream_tok_s"]), _f(r["realised_per_stream_tok_s"]),
+                      "" if r["realised_vs_expected_pct"] is None else f"{r['realised_vs_expected_pct']:+.1f}%")
+    return t
+
+
+def _f(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}"
