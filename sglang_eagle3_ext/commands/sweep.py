@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -118,7 +122,9 @@ def run(args: argparse.Namespace) -> int:
             out.print(f"nothing written ({out_dir} is only read); --out DIR writes results.json, "
                       "table.md and plots there", highlight=False, markup=False)
             return rc
-        dest.mkdir(parents=True, exist_ok=True)
+        from ..outputs import check_folder
+
+        check_folder(dest)
         return _report(doc, dest, args.no_plots)
     if not args.sweep_file:
         raise UserError("give a SWEEP.yaml (or --report DIR)", exit_code=2)
@@ -136,9 +142,34 @@ def run(args: argparse.Namespace) -> int:
     if (out_dir / "results.json").exists() and not args.resume:
         raise UserError(f"{out_dir / 'results.json'} exists: pass --resume to continue it, or another --out",
                         exit_code=2)
-    doc = sweep.run_sweep(spec, out_dir, resume=args.resume, sglang_root=args.sglang_root,
-                          log=lambda m: err.print(m, highlight=False, markup=False))
+    from ..outputs import check_destination, check_folder
+
+    check_folder(out_dir)  # before any server starts: a bad --out is one line, exit 2
+    check_destination(out_dir / "results.json", what="results file")
+    with _term_is_interrupt():
+        doc = sweep.run_sweep(spec, out_dir, resume=args.resume, sglang_root=args.sglang_root,
+                              log=lambda m: err.print(m, highlight=False, markup=False))
     return _report(doc, out_dir, args.no_plots)
+
+
+@contextlib.contextmanager
+def _term_is_interrupt() -> Iterator[None]:
+    """SIGTERM takes the Ctrl-C path: the config in flight is marked interrupted, its server's
+    whole group is stopped, results.json is saved (so --resume re-runs it). A second SIGTERM
+    while that happens is ignored, so the stop itself is not cut short."""
+    def on_term(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    except KeyboardInterrupt:
+        err.print("sweep interrupted: server stopped, results saved; `--resume` continues",
+                  highlight=False, markup=False)
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def _report(doc: dict[str, Any], out_dir: Path, no_plots: bool, scratch: bool = False) -> int:
@@ -146,6 +177,7 @@ def _report(doc: dict[str, Any], out_dir: Path, no_plots: bool, scratch: bool = 
     ``scratch``: out_dir is a temporary folder (report only): its files are not announced."""
     from .. import compare, sweep
     from ..bench import write_json
+    from ..outputs import WriteFailed, report_unwritten, write_atomic
 
     failed = [c for c in doc["configs"] if c["status"] != "ok"]
     for c in failed:
@@ -159,13 +191,17 @@ def _report(doc: dict[str, Any], out_dir: Path, no_plots: bool, scratch: bool = 
         rs = []
     if rs:
         out.print(compare.rich_table(rs))
-        (out_dir / "table.md").write_text(compare.markdown(rs) + "\n")
+        write_atomic(out_dir / "table.md", compare.markdown(rs) + "\n", what="table")
     from .. import tiers
 
     analysis = sweep.analyse(doc)
     analysis["tiers"] = tiers.analyse(doc, out_dir)
     doc["analysis"] = analysis
-    write_json(out_dir / "results.json", doc)
+    try:
+        write_json(out_dir / "results.json", doc)
+    except WriteFailed as exc:  # the whole document on stdout: nothing measured is lost
+        report_unwritten(exc, json.dumps(doc, indent=2, default=str))
+        return 1
     print_analysis(analysis)
     if analysis["tiers"]:
         print_tiers(analysis["tiers"])
