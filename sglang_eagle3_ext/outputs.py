@@ -89,6 +89,8 @@ def _refuse_special(p: Path, shown: Path, what: str) -> None:
         st = p.stat()
     except FileNotFoundError:
         return
+    except NotADirectoryError:
+        raise UserError(f"{what} {shown}: a part of this path is a file, not a folder", exit_code=2) from None
     except OSError as exc:
         raise UserError(f"{what} {shown}: cannot look at it ({exc.strerror})", exit_code=2) from None
     if stat.S_ISDIR(st.st_mode):

@@ -100,9 +100,12 @@ def _print_command(argv: list[str], env: dict[str, str], title: str | None = Non
     if title:
         out.print(f"# {title}", highlight=False, markup=False)
     if env:
-        out.print("# env additions", highlight=False, markup=False)
+        # `export` lines, names and values shell-quoted: pasted into a shell before the command,
+        # the server sees exactly these values (a bare NAME=value line would not be exported)
+        out.print("# env additions (export them in the shell that runs the command)",
+                  highlight=False, markup=False)
         for k, v in env.items():
-            out.print(f"{k}={shlex.quote(v)}", highlight=False, markup=False)
+            out.print(f"export {shlex.quote(k)}={shlex.quote(v)}", highlight=False, markup=False)
     else:
         out.print("# env additions: none", highlight=False, markup=False)
     out.print("# command", highlight=False, markup=False)
@@ -166,6 +169,9 @@ def run(args: argparse.Namespace) -> int:
     def on_term(signum, frame):  # SIGTERM -> same path as Ctrl-C: stop the whole group
         raise KeyboardInterrupt
 
+    pid_file = None
+    if args.detach:  # before the server starts: a detached server nobody can find must not exist
+        pid_file = server.check_pid_file(Path(args.pid_file) if args.pid_file else server.default_pid_file(cfg))
     if server.port_in_use(cfg.host, cfg.port):  # before the log line: no log is written then
         raise UserError(f"port {cfg.port} on {cfg.host} is already in use "
                         f"(another server? `sgl-eagle3 stop --all`, or pick --port)", 2)
@@ -184,14 +190,19 @@ def run(args: argparse.Namespace) -> int:
             for line in exc.log_tail:
                 err.print(line, highlight=False, markup=False)
             raise
-        ready = True
-        if args.detach:
-            pid_file = Path(args.pid_file).expanduser() if args.pid_file else server.default_pid_file(cfg)
-            server.write_pid_file(srv, pid_file)
+        if pid_file is not None:
+            try:
+                server.write_pid_file(srv, pid_file)
+            except OSError as exc:  # checked before the start; the folder changed meanwhile
+                srv.stop()
+                raise UserError(f"pid file {pid_file}: could not write it ({exc.strerror or exc}); "
+                                "stopped the server (`stop` could not have found it)", 1) from None
+            ready = True
             out.print(f"ready: {srv.url} (pid {srv.pid}, pgid {srv.pgid})", highlight=False, markup=False)
             out.print(f"pid file: {pid_file}; stop with: sgl-eagle3 stop --pid-file {shlex.quote(str(pid_file))}",
                       highlight=False, markup=False)
             return 0
+        ready = True
         out.print(f"ready: {srv.url} (pid {srv.pid}); Ctrl-C stops it", highlight=False, markup=False)
         rc = srv.wait()
         tail = srv.tail()
