@@ -179,3 +179,16 @@ def test_sweep_bad_out_is_one_line_before_any_server(tmp_path, capsys):
     rc = cli.main(["sweep", str(spec), "--out", str(tmp_path / "afile" / "d")])
     err = capsys.readouterr().err
     assert rc == 2 and "part of this path is a file" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_read_only_folder_is_one_line(tmp_path, monkeypatch):
+    """A read-only mount (EROFS) cannot be made with chmod as root: the probe's mkstemp says so."""
+    import errno
+
+    def ro(*a, **k):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(outputs.tempfile, "mkstemp", ro)
+    with pytest.raises(UserError, match="Read-only file system") as ei:
+        outputs.check_destination(tmp_path / "r.json")
+    assert ei.value.exit_code == 2
