@@ -184,3 +184,25 @@ def test_cache_path_of_an_unknown_user_is_one_line(monkeypatch, capsys):
     assert cli.main(["stop", "--all"]) == 2
     err = capsys.readouterr().err
     assert "unknown user" in err and "unexpected" not in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_sighup_to_a_foreground_launch_stops_the_server(stand):
+    """A closed terminal (SIGHUP) takes the Ctrl-C path too (interrupts.as_interrupt)."""
+    import time
+
+    preset, env, pids = stand
+    proc = subprocess.Popen([sys.executable, "-m", "sglang_eagle3_ext", "launch", str(preset)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (pids.exists() and pids.read_text().strip()):
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        leader = int(pids.read_text().split()[0])
+        os.killpg(proc.pid, signal.SIGHUP)  # the launcher's own session, never the server's
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert gone(leader)

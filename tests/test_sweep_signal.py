@@ -1,4 +1,4 @@
-"""SIGTERM to `sweep` mid-configuration stops that configuration's server, and `--resume` works
+"""SIGTERM (then SIGHUP, a closed terminal) to `sweep` mid-configuration stops that configuration's server, and `--resume` works
 after (issue 23, case 5). Before the fix the sweep died at once, its server (own session) ran on
 holding the port, `--resume` failed on the busy port and `stop --all` saw nothing.
 
@@ -70,12 +70,12 @@ def test_sigterm_stops_the_server_and_resume_works(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PKG_ROOT), str(STANDINS)]))
     leaders: list[int] = []
     try:
-        for extra in ((), ("--resume",)):
+        for extra, sig in (((), signal.SIGTERM), (("--resume",), signal.SIGHUP)):
             pids.unlink(missing_ok=True)
             proc = _sweep(spec, out, env, *extra)
             leaders.append(_leader_once_up(pids, proc))
             time.sleep(0.3)  # inside wait_healthy
-            os.killpg(proc.pid, signal.SIGTERM)  # the sweep's own session (start_new_session)
+            os.killpg(proc.pid, sig)  # the sweep's own session (start_new_session)
             text = proc.communicate(timeout=60)[0]
             assert proc.returncode == 130, text
             assert "Traceback" not in text and "unexpected" not in text, text

@@ -181,6 +181,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_live(args, env, route: str, cfg, outdir: Path,
               summary: dict[str, Any]) -> int:
+    from ..interrupts import as_interrupt
+
+    with as_interrupt():  # SIGTERM/SIGHUP: the finally blocks stop the server and revert the patch
+        return _live_steps(args, env, route, cfg, outdir, summary)
+
+
+def _live_steps(args, env, route: str, cfg, outdir: Path, summary: dict[str, Any]) -> int:
     from .. import bench, profile_log
     from .. import server as srv
     from ..patcher import engine

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import signal
 from pathlib import Path
 
 from ..console import err, out
@@ -166,16 +165,21 @@ def run(args: argparse.Namespace) -> int:
 
     srv = server.Server(cfg, on_status=on_status)
 
-    def on_term(signum, frame):  # SIGTERM -> same path as Ctrl-C: stop the whole group
-        raise KeyboardInterrupt
-
     pid_file = None
     if args.detach:  # before the server starts: a detached server nobody can find must not exist
         pid_file = server.check_pid_file(Path(args.pid_file) if args.pid_file else server.default_pid_file(cfg))
     if server.port_in_use(cfg.host, cfg.port):  # before the log line: no log is written then
         raise UserError(f"port {cfg.port} on {cfg.host} is already in use "
                         f"(another server? `sgl-eagle3 stop --all`, or pick --port)", 2)
-    old_term = signal.signal(signal.SIGTERM, on_term)
+    from ..interrupts import as_interrupt
+
+    with as_interrupt():  # SIGTERM/SIGHUP -> same path as Ctrl-C: stop the whole group
+        return _start(args, cfg, srv, status_ctx, pid_file)
+
+
+def _start(args: argparse.Namespace, cfg, srv, status_ctx, pid_file: Path | None) -> int:
+    from .. import server
+
     ready = False
     try:
         err.print(f"log: {srv.log_path}", highlight=False, markup=False)
@@ -215,7 +219,6 @@ def run(args: argparse.Namespace) -> int:
         srv.stop()
         return 0 if ready else 130
     finally:
-        signal.signal(signal.SIGTERM, old_term)
         if not (args.detach and ready) and srv.is_running():
             srv.stop()
 

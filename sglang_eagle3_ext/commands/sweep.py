@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -146,30 +143,20 @@ def run(args: argparse.Namespace) -> int:
 
     check_folder(out_dir)  # before any server starts: a bad --out is one line, exit 2
     check_destination(out_dir / "results.json", what="results file")
-    with _term_is_interrupt():
-        doc = sweep.run_sweep(spec, out_dir, resume=args.resume, sglang_root=args.sglang_root,
-                              log=lambda m: err.print(m, highlight=False, markup=False))
+    from ..interrupts import as_interrupt
+
+    try:
+        with as_interrupt():  # SIGTERM/SIGHUP: the config in flight is stopped and saved, like Ctrl-C
+            doc = sweep.run_sweep(spec, out_dir, resume=args.resume, sglang_root=args.sglang_root,
+                                  log=lambda m: err.print(m, highlight=False, markup=False))
+    except KeyboardInterrupt:
+        err.print("sweep interrupted: its server stopped, results.json saved; `--resume` continues",
+                  highlight=False, markup=False)
+        raise
     return _report(doc, out_dir, args.no_plots)
 
 
-@contextlib.contextmanager
-def _term_is_interrupt() -> Iterator[None]:
-    """SIGTERM takes the Ctrl-C path: the config in flight is marked interrupted, its server's
-    whole group is stopped, results.json is saved (so --resume re-runs it). A second SIGTERM
-    while that happens is ignored, so the stop itself is not cut short."""
-    def on_term(signum: int, frame: object) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise KeyboardInterrupt
 
-    old = signal.signal(signal.SIGTERM, on_term)
-    try:
-        yield
-    except KeyboardInterrupt:
-        err.print("sweep interrupted: server stopped, results saved; `--resume` continues",
-                  highlight=False, markup=False)
-        raise
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 def _report(doc: dict[str, Any], out_dir: Path, no_plots: bool, scratch: bool = False) -> int:
