@@ -168,7 +168,13 @@ def write(table: Table, out: str | Path, loader: ReleaseLoader,
     outp = Path(out)
     if outp.is_dir():
         raise UserError(f"--out {out}: a directory; give a file name such as {outp / 'adaptive.json'}", 2)
-    (write_json or _wj)(outp, cfg)
+    from .outputs import WriteFailed
+
+    try:
+        (write_json or _wj)(outp, cfg)
+    except WriteFailed as exc:  # the caller prints the config instead (nothing measured is lost)
+        exc.result = json.dumps(cfg, indent=2) + "\n"
+        raise
     try:
         read = loader.load(outp)
     except (ValueError, AssertionError, KeyError, TypeError) as exc:

@@ -510,12 +510,11 @@ def load_result(path: str | Path) -> dict[str, Any]:
 
 
 def write_json(path: str | Path, data: Any) -> None:
-    """Atomic write: a crash never leaves half a result file (sweep --resume reads them)."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.{threading.get_ident()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
-    tmp.replace(p)
+    """Atomic write: a crash never leaves half a result file (sweep --resume reads them); through a
+    symlink, never onto a special file (outputs.py); outputs.WriteFailed (one line) on failure."""
+    from .outputs import write_atomic
+
+    write_atomic(path, json.dumps(data, indent=2, default=str) + "\n", what="output")
 
 
 # ---------------------------------------------------------------- concurrency ladder

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from . import settings
 from .errors import UserError
-from .launch_config import LaunchConfig
+from .launch_config import LaunchConfig, check_env_names
 from .settings import (
     AUX_LAYERS,
     NCCL,
@@ -209,8 +209,9 @@ def _check_basic(cfg: LaunchConfig) -> None:
         raise _fail(f"--tp {cfg.tp}: must be >= 1")
     if not 1 <= int(cfg.port) <= 65535:
         raise _fail(f"--port {cfg.port}: must be 1-65535")
-    if cfg.timeout is not None and cfg.timeout <= 0:
-        raise _fail(f"--timeout {cfg.timeout}: must be > 0 seconds")
+    if cfg.timeout is not None and not 0 < cfg.timeout < float("inf"):  # NaN fails both sides
+        raise _fail(f"--timeout {cfg.timeout}: must be a finite number of seconds > 0")
+    check_env_names(cfg.env, "env")
     if cfg.nnodes < 1:
         raise _fail(f"--nnodes {cfg.nnodes}: must be >= 1")
     if cfg.nnodes > 1 and not cfg.dist_init_addr:

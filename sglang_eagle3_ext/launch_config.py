@@ -202,6 +202,20 @@ def _find_preset(path_or_name: str) -> Path:
                     f"(or give a .yaml path)", 2)
 
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_env_names(env: dict[str, str], origin: str) -> None:
+    """Env additions a process can really receive: a name of letters, digits and _ (never ``=``,
+    a space or a shell word) and a value without a NUL byte. Checked before anything is created."""
+    for k, v in env.items():
+        if not _ENV_NAME.fullmatch(str(k)):
+            raise UserError(f"{origin}: {str(k)!r} is not a valid environment variable name "
+                            "(letters, digits and _, not starting with a digit)", 2)
+        if "\0" in str(v):
+            raise UserError(f"{origin}: the value of {k} holds a NUL byte", 2)
+
+
 def config_from_mapping(data: dict[str, Any], origin: str = "preset") -> LaunchConfig:
     """A LaunchConfig from preset-style keys; UserError(2) for unknown keys or wrong types."""
     kwargs: dict[str, Any] = {}
@@ -223,6 +237,8 @@ def config_from_mapping(data: dict[str, Any], origin: str = "preset") -> LaunchC
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise UserError(f"{origin}: timeout must be seconds, got {value!r}", 2)
             value = float(value)
+            if not 0 < value < float("inf"):  # .nan / .inf in YAML: refused here, not waited on
+                raise UserError(f"{origin}: timeout must be a finite number of seconds > 0, got {value!r}", 2)
         elif key == "extra_args":
             if isinstance(value, str):
                 value = value.split()
@@ -233,6 +249,7 @@ def config_from_mapping(data: dict[str, Any], origin: str = "preset") -> LaunchC
             if not isinstance(value, dict):
                 raise UserError(f"{origin}: env must be a mapping NAME: value", 2)
             value = {str(k): expand(str(v)) for k, v in value.items()}
+            check_env_names(value, f"{origin}: env")
         elif key in _STR_KEYS:
             if isinstance(value, bool) or not isinstance(value, (str, int, float)):
                 raise UserError(f"{origin}: {raw_key} must be a string, got {value!r}", 2)

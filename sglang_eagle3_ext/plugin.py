@@ -361,9 +361,16 @@ def register() -> None:
     sw = switches()
     if not (sw["profile"] or sw["nccl"] or sw["aux_layers"] or sw["step_control"]):
         return
+    from .errors import UserError
+
     try:
         _register(sw)
-    except Exception:  # noqa: BLE001 - see docstring
+    except (UserError, SyntaxError, UnicodeDecodeError, OSError) as exc:
+        # the installed SGLang is the problem (a worker that does not compile, an unreadable
+        # file): one line that says so; a traceback would only point at our planner
+        why = f"{exc.msg} in {exc.filename}, line {exc.lineno}" if isinstance(exc, SyntaxError) else str(exc)
+        logger.warning("not registered (%s); this process runs without the plugin", why)
+    except Exception:  # noqa: BLE001 - see docstring; anything else is our bug: say where
         logger.exception("registration failed; this process runs without the plugin")
 
 

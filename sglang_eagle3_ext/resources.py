@@ -23,7 +23,10 @@ def cache_root() -> Path:
     """Our state and downloads: $SGLANG_EAGLE3_CACHE, else ~/.cache/sglang-eagle3-ext."""
     from .settings import CACHE
 
-    return CACHE.get() or Path.home() / ".cache" / "sglang-eagle3-ext"
+    value, problem = CACHE.read()
+    if problem:  # e.g. "~nouser/x": one line, not a silent move to another folder
+        raise UserError(problem.rsplit("; ", 1)[0] + "; fix it or unset it", exit_code=2)
+    return value or Path.home() / ".cache" / "sglang-eagle3-ext"
 
 
 def output_dir(path: str | Path, what: str = "--out") -> Path:

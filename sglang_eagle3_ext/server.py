@@ -18,6 +18,7 @@ import re
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -48,12 +49,13 @@ from .resources import cache_root
 __all__ = [
     "DEFAULT_GRACE", "DEFAULT_HOST", "DEFAULT_PORT", "DEFAULT_TIMEOUT", "FIELDS", "REPO_LAUNCH_DIR",
     "TAIL_LINES", "LaunchConfig", "Server", "ServerFailed", "build_command", "config_from_mapping",
-    "default_pid_file", "expand", "kill_group", "list_presets", "load_preset", "node_commands",
+    "check_pid_file", "default_pid_file", "expand", "kill_group", "list_presets", "load_preset", "node_commands",
     "override", "pgid_alive", "pid_files", "port_in_use", "preset_dirs", "read_pid_file",
     "scheduler_pids", "state_dir", "status_of", "stop_from_pid_file", "write_pid_file",
 ]
 
 DEFAULT_GRACE = 15.0
+PID_MAX = 2**22  # Linux PID_MAX_LIMIT (include/linux/threads.h): no process id is larger
 TAIL_LINES = 40
 
 
@@ -305,16 +307,51 @@ def default_pid_file(cfg: LaunchConfig) -> Path:
     return state_dir() / f"server-{cfg.port}.json"
 
 
+def check_pid_file(path: Path) -> Path:
+    """Before a detached server starts: its pid file can be written there, or one UserError line
+    (a folder in the way, a file where the folder should be, no permission). Without a pid file
+    `stop` could never find the server again."""
+    try:
+        p = Path(path).expanduser()
+    except RuntimeError:
+        raise UserError(f"pid file {path}: names the home folder of an unknown user", 2) from None
+    if p.is_dir():
+        raise UserError(f"pid file {p}: is a folder; give a file name", 2)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+    except (FileExistsError, NotADirectoryError):
+        raise UserError(f"pid file {p}: a part of this path is a file, not a folder (check "
+                        "--pid-file or SGLANG_EAGLE3_CACHE)", 2) from None
+    except OSError as exc:
+        raise UserError(f"pid file {p}: cannot write in {p.parent} ({exc.strerror}); pick --pid-file "
+                        "or SGLANG_EAGLE3_CACHE", 2) from None
+    os.close(fd)
+    os.unlink(tmp)
+    return p
+
+
 def write_pid_file(server: Server, path: Path) -> Path:
+    """Mode 0600, written to a fresh O_EXCL temp name (mkstemp: never a name someone could have
+    put a symlink at) and renamed over ``path`` (a symlink there is replaced, never followed).
+    Env variable NAMES only: a preset's values may be tokens."""
     assert server.proc is not None
     argv, env = server.command()
     info = {"pid": server.proc.pid, "pgid": server.pgid, "url": server.url,
-            "log": str(server.log_path), "argv": argv, "env": env, "name": server.cfg.name,
+            "log": str(server.log_path), "argv": argv, "env_names": sorted(env), "name": server.cfg.name,
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(info, indent=2) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return path
 
 
@@ -332,7 +369,7 @@ def read_pid_file(path: Path) -> dict[str, Any]:
     if not isinstance(info, dict) or not _is_int(info.get("pgid")):
         raise UserError(f"pid file {path}: no pgid in it (not written by sgl-eagle3 launch --detach?)", 2)
     pgid, pid = info["pgid"], info.get("pid", info["pgid"])
-    if pgid <= 1 or not _is_int(pid) or pid != pgid:
+    if pgid <= 1 or pgid > PID_MAX or not _is_int(pid) or pid != pgid:
         raise UserError(f"pid file {path}: pgid {pgid!r} / pid {pid!r} is not a server group this tool "
                         "records (launch --detach makes the server its own group leader); not touching it", 2)
     if pgid == os.getpgrp():

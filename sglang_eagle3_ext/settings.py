@@ -22,10 +22,18 @@ from pathlib import Path
 from typing import Any
 
 _FALSE = ("", "0", "false", "no", "off")
+_TRUE = ("1", "true", "yes", "on")
 
 
 def _bool(raw: str) -> bool:
-    return raw.strip().lower() not in _FALSE
+    """Only the usual words: anything else (``garbage``, ``disable``) is a bad value, so the
+    default applies (probes stay off) and ``read`` says why, instead of counting as "on"."""
+    v = raw.strip().lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise ValueError("is not 1/0, true/false, yes/no or on/off")
 
 
 # Parsers: a ValueError's message is a predicate ("is not ...") that follows "NAME='raw' ".
@@ -106,7 +114,12 @@ def _text(raw: str) -> str | None:
 
 
 def _path(raw: str) -> Path | None:
-    return Path(raw).expanduser() if raw.strip() else None
+    if not raw.strip():
+        return None
+    try:
+        return Path(raw).expanduser()
+    except RuntimeError:  # "~nouser/x": pathlib cannot find that user's home
+        raise ValueError("names the home folder of an unknown user") from None
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,15 +22,19 @@ from sglang_eagle3_ext.sglang_env import locate
 DRIVER = Path(__file__).parent / "data" / "patcher" / "drive_v2.py"
 
 
-def _link_copy(src: Path, dst: Path) -> None:
-    """The installed package as a tree of symlinks: cheap, and the patcher's atomic rename
-    replaces only the link of the file it patches (the installed file is never touched)."""
+def _link_copy(src: Path, dst: Path, copied: tuple[str, ...] = ()) -> None:
+    """The installed package as a tree of symlinks (cheap), except real copies of the files under
+    ``copied``: the ones the patcher may write. It refuses a symlinked target file (issue 23,
+    case 16), so the installed file is never touched either way."""
     for d, dirs, files in os.walk(src):
         dirs[:] = [x for x in dirs if x != "__pycache__"]
         rel = Path(d).relative_to(src)
         (dst / rel).mkdir(parents=True, exist_ok=True)
         for f in files:
-            os.symlink(Path(d) / f, dst / rel / f)
+            if any((rel / f).as_posix().startswith(c) for c in copied):
+                shutil.copy2(Path(d) / f, dst / rel / f)
+            else:
+                os.symlink(Path(d) / f, dst / rel / f)
 
 
 def _tiny_configs(tmp: Path) -> tuple[Path, Path]:
@@ -51,7 +56,7 @@ def test_patched_v2_decode_branch_fires_probes_in_order(tmp_path):
     installed = locate()
     assert installed.version == "0.5.23"
     root = tmp_path / "site"
-    _link_copy(installed.package_dir, root / "sglang")
+    _link_copy(installed.package_dir, root / "sglang", copied=("srt/speculative/", "srt/managers/"))
     # the version comes from the dist-info METADATA (the package's version.py says 0.0.0.dev0)
     for meta in installed.package_dir.parent.glob("sglang-*.dist-info"):
         _link_copy(meta, root / meta.name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from typing import Any
 
 from ..console import out, print_json
@@ -62,7 +63,7 @@ def render(choices: list[Any], source: dict[tuple[int, int], str], loader: Any, 
               markup=False)
     out.print(f"checked with the release's own loader ({loader.source}): it reads "
               f"{ {k: v for k, v in sorted(read.items())} }", highlight=False, markup=False)
-    out.print(f"launch with: sgl-eagle3 launch ... --adaptive {out_path}  (starts at "
+    out.print(f"launch with: sgl-eagle3 launch ... --adaptive {shlex.quote(str(out_path))}  (starts at "
               f"--steps {launch_steps(read)}, the largest candidate)", highlight=False, markup=False)
 
 
@@ -73,10 +74,17 @@ def run(args: argparse.Namespace) -> int:
     if args.action != "write":
         raise UserError("usage: sgl-eagle3 adaptive write --from SWEEP_DIR --out adaptive.json",
                         exit_code=2)
+    from ..outputs import WriteFailed, check_destination, report_unwritten
+
     env = locate(args.sglang_root_w or getattr(args, "sglang_root", None))
+    check_destination(args.out)  # before reading anything: a bad --out is one line, exit 2
     loader = adaptive.release_loader(env.package_dir)
     table, source, _ = adaptive.load_measurements(args.source, args.predicted)
-    choices, cfg, read = adaptive.write(table, args.out, loader, args.within)
+    try:
+        choices, cfg, read = adaptive.write(table, args.out, loader, args.within)
+    except WriteFailed as exc:
+        report_unwritten(exc, getattr(exc, "result", ""))
+        return 1
     if args.json:
         print_json({"config": cfg, "release": env.version, "format": loader.format,
                     "read_back": {str(k): v for k, v in read.items()},

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from ..console import err, out, print_json
@@ -39,10 +38,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def check_out(path: str | None) -> None:
-    """--out names a file: a directory (or a path ending in /) is one clear error, before any run."""
-    if path and (Path(path).is_dir() or path.endswith(("/", "\\"))):
-        raise UserError(f"--out {path}: a directory; give a file name such as {Path(path) / 'bench.json'}",
-                        exit_code=2)
+    """--out: a file we can write (outputs.check_destination), checked before any run."""
+    if path:
+        from ..outputs import check_destination
+
+        check_destination(path)
 
 
 def options_from_args(args: argparse.Namespace) -> Any:
@@ -132,7 +132,9 @@ def render_ladder(doc: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..bench import write_json
+    import json
+
+    from ..outputs import write_atomic, write_result
 
     check_out(args.out)
     opts, levels = options_from_args(args)
@@ -142,15 +144,23 @@ def run(args: argparse.Namespace) -> int:
         err.print("bench interrupted (Ctrl-C): open streams closed, nothing written",
                   highlight=False, markup=False)
         return 130
-    if args.out:
-        write_json(args.out, result)
     ladder = len(levels) > 1
     if args.json:
         print_json(result)
     else:
         (render_ladder if ladder else render)(result)
-        if args.out:
-            out.print(f"wrote {args.out}")
+    if args.out:  # checked before the runs; if it still fails the document goes to stdout instead
+        text = json.dumps(result, indent=2, default=str) + "\n"
+        if args.json:
+            try:
+                write_atomic(args.out, text)
+            except UserError as exc:
+                err.print(f"error: {exc}; the result is printed above", highlight=False, markup=False)
+                return 1
+        elif write_result(args.out, text):
+            out.print(f"wrote {args.out}", highlight=False, markup=False)
+        else:
+            return 1
     if ladder:
         if args.plot:
             from ..plot import plot_ladders

@@ -102,7 +102,8 @@ def _validate(args: argparse.Namespace) -> None:
 
 
 def _step(n: int, text: str) -> None:
-    err.print(f"[bold]\\[{n}/7][/] {text}", highlight=False)
+    err.print(f"[bold]\\[{n}/7][/] ", end="", highlight=False)
+    err.print(text, highlight=False, markup=False)  # paths may hold [ ] that rich would eat
 
 
 def run(args: argparse.Namespace) -> int:
@@ -156,11 +157,11 @@ def run(args: argparse.Namespace) -> int:
     argv, add_env = srv.build_command(cfg)
     _step(3, "launch (profiled):")
     out.print(" ".join(f"{k}={shlex.quote(v)}" for k, v in add_env.items()) + " \\\n  "
-              + " ".join(shlex.quote(a) for a in argv), highlight=False)
+              + " ".join(shlex.quote(a) for a in argv), highlight=False, markup=False)
     bench_cmd = (f"sgl-eagle3 bench --url {cfg.url} --runs {args.runs} --warmup 1 "
                  f"--max-tokens {args.max_tokens}")
     _step(4, f"bench: {bench_cmd}")
-    _step(5, f"profile: sgl-eagle3 profile {outdir / 'profile.jsonl'}")
+    _step(5, f"profile: sgl-eagle3 profile {shlex.quote(str(outdir / 'profile.jsonl'))}")
     _step(6, "stop the server")
     _step(7, "revert the patch (byte-identical install)" if route == "source-patch"
           else "nothing to revert (plugin route)")
@@ -180,6 +181,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_live(args, env, route: str, cfg, outdir: Path,
               summary: dict[str, Any]) -> int:
+    from ..interrupts import as_interrupt
+
+    with as_interrupt():  # SIGTERM/SIGHUP: the finally blocks stop the server and revert the patch
+        return _live_steps(args, env, route, cfg, outdir, summary)
+
+
+def _live_steps(args, env, route: str, cfg, outdir: Path, summary: dict[str, Any]) -> int:
     from .. import bench, profile_log
     from .. import server as srv
     from ..patcher import engine

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import signal
 from pathlib import Path
 
 from ..console import err, out
@@ -100,9 +99,12 @@ def _print_command(argv: list[str], env: dict[str, str], title: str | None = Non
     if title:
         out.print(f"# {title}", highlight=False, markup=False)
     if env:
-        out.print("# env additions", highlight=False, markup=False)
+        # `export` lines, names and values shell-quoted: pasted into a shell before the command,
+        # the server sees exactly these values (a bare NAME=value line would not be exported)
+        out.print("# env additions (export them in the shell that runs the command)",
+                  highlight=False, markup=False)
         for k, v in env.items():
-            out.print(f"{k}={shlex.quote(v)}", highlight=False, markup=False)
+            out.print(f"export {shlex.quote(k)}={shlex.quote(v)}", highlight=False, markup=False)
     else:
         out.print("# env additions: none", highlight=False, markup=False)
     out.print("# command", highlight=False, markup=False)
@@ -163,13 +165,21 @@ def run(args: argparse.Namespace) -> int:
 
     srv = server.Server(cfg, on_status=on_status)
 
-    def on_term(signum, frame):  # SIGTERM -> same path as Ctrl-C: stop the whole group
-        raise KeyboardInterrupt
-
+    pid_file = None
+    if args.detach:  # before the server starts: a detached server nobody can find must not exist
+        pid_file = server.check_pid_file(Path(args.pid_file) if args.pid_file else server.default_pid_file(cfg))
     if server.port_in_use(cfg.host, cfg.port):  # before the log line: no log is written then
         raise UserError(f"port {cfg.port} on {cfg.host} is already in use "
                         f"(another server? `sgl-eagle3 stop --all`, or pick --port)", 2)
-    old_term = signal.signal(signal.SIGTERM, on_term)
+    from ..interrupts import as_interrupt
+
+    with as_interrupt():  # SIGTERM/SIGHUP -> same path as Ctrl-C: stop the whole group
+        return _start(args, cfg, srv, status_ctx, pid_file)
+
+
+def _start(args: argparse.Namespace, cfg, srv, status_ctx, pid_file: Path | None) -> int:
+    from .. import server
+
     ready = False
     try:
         err.print(f"log: {srv.log_path}", highlight=False, markup=False)
@@ -184,14 +194,19 @@ def run(args: argparse.Namespace) -> int:
             for line in exc.log_tail:
                 err.print(line, highlight=False, markup=False)
             raise
-        ready = True
-        if args.detach:
-            pid_file = Path(args.pid_file).expanduser() if args.pid_file else server.default_pid_file(cfg)
-            server.write_pid_file(srv, pid_file)
+        if pid_file is not None:
+            try:
+                server.write_pid_file(srv, pid_file)
+            except OSError as exc:  # checked before the start; the folder changed meanwhile
+                srv.stop()
+                raise UserError(f"pid file {pid_file}: could not write it ({exc.strerror or exc}); "
+                                "stopped the server (`stop` could not have found it)", 1) from None
+            ready = True
             out.print(f"ready: {srv.url} (pid {srv.pid}, pgid {srv.pgid})", highlight=False, markup=False)
             out.print(f"pid file: {pid_file}; stop with: sgl-eagle3 stop --pid-file {shlex.quote(str(pid_file))}",
                       highlight=False, markup=False)
             return 0
+        ready = True
         out.print(f"ready: {srv.url} (pid {srv.pid}); Ctrl-C stops it", highlight=False, markup=False)
         rc = srv.wait()
         tail = srv.tail()
@@ -204,7 +219,6 @@ def run(args: argparse.Namespace) -> int:
         srv.stop()
         return 0 if ready else 130
     finally:
-        signal.signal(signal.SIGTERM, old_term)
         if not (args.detach and ready) and srv.is_running():
             srv.stop()
 

@@ -110,7 +110,13 @@ def _status(env, as_json: bool) -> int:
         print_json(st)
         return 0
     out.print(f"SGLang {env.version} ({', '.join(env.families) or 'no eagle worker'}) at {env.package_dir}")
-    out.print(f"state: {st['state']}")
+    run_ = st.get("running")
+    if run_:
+        who = f"pid {run_['pid']}" if run_["pid"] else "it holds the lock"
+        out.print(f"state: {run_['action'] or 'a patch command'} in progress ({who}); run status "
+                  "again when it is done", highlight=False)
+    else:
+        out.print(f"state: {st['state']}")
     if st["pending"]:
         out.print(f"  a `patch {st['pending']}` was killed mid-way; every file is in a known state: run "
                   f"`sgl-eagle3 patch {st['pending']}` again to finish, or `sgl-eagle3 patch revert`")

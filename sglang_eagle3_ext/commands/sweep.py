@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -118,7 +119,9 @@ def run(args: argparse.Namespace) -> int:
             out.print(f"nothing written ({out_dir} is only read); --out DIR writes results.json, "
                       "table.md and plots there", highlight=False, markup=False)
             return rc
-        dest.mkdir(parents=True, exist_ok=True)
+        from ..outputs import check_folder
+
+        check_folder(dest)
         return _report(doc, dest, args.no_plots)
     if not args.sweep_file:
         raise UserError("give a SWEEP.yaml (or --report DIR)", exit_code=2)
@@ -136,9 +139,24 @@ def run(args: argparse.Namespace) -> int:
     if (out_dir / "results.json").exists() and not args.resume:
         raise UserError(f"{out_dir / 'results.json'} exists: pass --resume to continue it, or another --out",
                         exit_code=2)
-    doc = sweep.run_sweep(spec, out_dir, resume=args.resume, sglang_root=args.sglang_root,
-                          log=lambda m: err.print(m, highlight=False, markup=False))
+    from ..outputs import check_destination, check_folder
+
+    check_folder(out_dir)  # before any server starts: a bad --out is one line, exit 2
+    check_destination(out_dir / "results.json", what="results file")
+    from ..interrupts import as_interrupt
+
+    try:
+        with as_interrupt():  # SIGTERM/SIGHUP: the config in flight is stopped and saved, like Ctrl-C
+            doc = sweep.run_sweep(spec, out_dir, resume=args.resume, sglang_root=args.sglang_root,
+                                  log=lambda m: err.print(m, highlight=False, markup=False))
+    except KeyboardInterrupt:
+        err.print("sweep interrupted: its server stopped, results.json saved; `--resume` continues",
+                  highlight=False, markup=False)
+        raise
     return _report(doc, out_dir, args.no_plots)
+
+
+
 
 
 def _report(doc: dict[str, Any], out_dir: Path, no_plots: bool, scratch: bool = False) -> int:
@@ -146,6 +164,7 @@ def _report(doc: dict[str, Any], out_dir: Path, no_plots: bool, scratch: bool = 
     ``scratch``: out_dir is a temporary folder (report only): its files are not announced."""
     from .. import compare, sweep
     from ..bench import write_json
+    from ..outputs import WriteFailed, report_unwritten, write_atomic
 
     failed = [c for c in doc["configs"] if c["status"] != "ok"]
     for c in failed:
@@ -159,13 +178,17 @@ def _report(doc: dict[str, Any], out_dir: Path, no_plots: bool, scratch: bool = 
         rs = []
     if rs:
         out.print(compare.rich_table(rs))
-        (out_dir / "table.md").write_text(compare.markdown(rs) + "\n")
+        write_atomic(out_dir / "table.md", compare.markdown(rs) + "\n", what="table")
     from .. import tiers
 
     analysis = sweep.analyse(doc)
     analysis["tiers"] = tiers.analyse(doc, out_dir)
     doc["analysis"] = analysis
-    write_json(out_dir / "results.json", doc)
+    try:
+        write_json(out_dir / "results.json", doc)
+    except WriteFailed as exc:  # the whole document on stdout: nothing measured is lost
+        report_unwritten(exc, json.dumps(doc, indent=2, default=str))
+        return 1
     print_analysis(analysis)
     if analysis["tiers"]:
         print_tiers(analysis["tiers"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import time
 
 from ..console import err, out, print_json
@@ -138,10 +139,10 @@ def run(args: argparse.Namespace) -> int:
                   f"by default ({'right' if w['default_capture_right'] else 'WRONG: accept length ~1.0'}); "
                   f"right capture: {w['expected_accept_len_right']['3']:.2f} at 3 steps; fix: {w['fix']}",
                   highlight=False)
-        out.print(f"check:  sgl-eagle3 layers check --target {models.target} --draft {models.draft} "
-                  f"--trained-on {ok}", highlight=False)
-    out.print(f"launch: --model-path {models.target} --speculative-algorithm EAGLE3 "
-              f"--speculative-draft-model-path {models.draft}", highlight=False)
+        out.print(f"check:  sgl-eagle3 layers check --target {shlex.quote(str(models.target))} --draft "
+                  f"{shlex.quote(str(models.draft))} --trained-on {ok}", highlight=False, markup=False)
+    out.print(f"launch: --model-path {shlex.quote(str(models.target))} --speculative-algorithm EAGLE3 "
+              f"--speculative-draft-model-path {shlex.quote(str(models.draft))}", highlight=False, markup=False)
     if "verify" in info:
         v = info["verify"]
         out.print(f"verify: target greedy right on {v['target_ok']}/{v['contexts']} contexts"

@@ -10,6 +10,7 @@ a no-op; a file changed since patching is "drifted" and is never overwritten wit
 from __future__ import annotations
 
 import difflib
+import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -140,6 +141,8 @@ def plan(env: SGLangEnv, *, only: list[str] | None = None, aux_layers: str | Non
             errors.append(f"{p.file}: no {'/'.join(p.method)} found (patch {p.name})")
     for rel, patches in targets.items():
         path = env.path(rel)
+        if _linked(env, rel, errors):
+            continue
         if not path.is_file():
             errors.append(f"{rel}: file not found (patch {', '.join(x.name for x in patches)})")
             continue
@@ -166,6 +169,8 @@ def plan(env: SGLangEnv, *, only: list[str] | None = None, aux_layers: str | Non
         if rel in targets:
             continue
         path = env.path(rel)
+        if _linked(env, rel, errors):
+            continue
         current = path.read_bytes() if path.is_file() else b""
         base = _base_bytes(env, rel, current, entry, errors)
         if base is not None:
@@ -173,6 +178,19 @@ def plan(env: SGLangEnv, *, only: list[str] | None = None, aux_layers: str | Non
     if errors:
         raise UserError("refused, nothing written: " + "; ".join(errors))
     return pl
+
+
+def _linked(env: SGLangEnv, rel: str, errors: list[str]) -> bool:
+    """A symlinked file is refused, never written: a rename would put a regular file where the
+    link was (the link lost), and writing through would change the file it names, which other
+    installs may share. The fix is the user's: a copy in place of the link."""
+    path = env.path(rel)
+    if not path.is_symlink():
+        return False
+    errors.append(f"{rel}: is a symbolic link (to {os.readlink(path)}); patching it would replace "
+                  "the link or change a file other installs may share: put a copy of the file in "
+                  "place of the link, then apply again")
+    return True
 
 
 def apply(env: SGLangEnv, *, only: list[str] | None = None, aux_layers: str | None = None,
@@ -189,45 +207,53 @@ def apply(env: SGLangEnv, *, only: list[str] | None = None, aux_layers: str | No
         if not pl.changes and prev.get("patches") == names and not prev.get("pending") and \
                 prev.get("aux_layers") == pl.options["aux_layers"]:
             return pl
-        # Crash safety (docs/patching.md): pristine copies first; then a "pending" manifest that
-        # lists every file this run may touch with every hash it may have meanwhile (original,
-        # the new patched bytes, and the bytes of the set applied before); then the files; then
-        # the final manifest. A kill at any point leaves each file original, patched by the old
-        # set or patched by the new one, all three known, so `revert` and a re-run of `apply` work.
         prev_files = prev.get("files", {})
         sweep_temp(env, set(prev_files) | set(files))
-        for rel, f in files.items():
-            if rel not in prev_files:
-                mf.atomic_write(mf.pristine_path(env.package_dir, rel), f.current)
-        final: dict[str, dict[str, Any]] = {}
-        for rel, f in files.items():
-            before = prev_files[rel]["before"] if rel in prev_files else mf.sha256(f.current)
-            final[rel] = {"before": before, "after": mf.sha256(f.new),
-                          "patches": sorted({i.patch for i in f.result.inserted if i.patch != "(import)"}),
-                          "insertions": len(f.result.inserted)}
-        pending = {rel: {**e, "previous": _previous(prev_files.get(rel))} for rel, e in final.items()}
-        for f in pl.files:
-            if f.action == "restore":  # on its way back to the original bytes
-                e = prev_files[f.rel]
-                pending[f.rel] = {"before": e["before"], "after": e["before"],
-                                  "previous": _previous(e), "patches": e.get("patches", [])}
-        head = {"sglang_version": env.version, "families": env.families,
-                "applied_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "tool_version": __version__,
-                "patches": names, "aux_layers": pl.options["aux_layers"]}
-        mf.write(env.package_dir, {**head, "pending": "apply", "files": pending})
+        new_copies = set(files) - set(prev_files)
         written: list[FilePlan] = []
         try:
-            for f in pl.changes:
-                _write(env, f.rel, f.new)
-                written.append(f)
-        except UserError as exc:  # e.g. a read-only folder: put back what was written, then the state
-            _roll_back(env, written, pl.previous, set(files) - set(prev_files))
-            raise UserError(f"{exc}; rolled back: nothing changed") from None
-        mf.write(env.package_dir, {**head, "files": final})
+            _write_all(env, pl, files, prev_files, new_copies, names, written)
+        except UserError as exc:  # a full disk, a read-only folder: put back what was written
+            raise UserError(f"{exc}; {_roll_back(env, written, pl.previous, new_copies)}") from None
         for f in pl.files:
             if f.action == "restore":
                 mf.remove(mf.pristine_path(env.package_dir, f.rel))
         return pl
+
+
+def _write_all(env: SGLangEnv, pl: Plan, files: dict[str, FilePlan], prev_files: dict[str, Any],
+               new_copies: set[str], names: list[str], written: list[FilePlan]) -> None:
+    """The write phase of apply; ``written`` collects the files replaced (for a roll-back).
+
+    Crash safety (docs/patching.md): pristine copies first; then a "pending" manifest that lists
+    every file this run may touch with every hash it may have meanwhile (original, the new patched
+    bytes, and the bytes of the set applied before); then the files; then the final manifest. A
+    kill at any point leaves each file original, patched by the old set or patched by the new one,
+    all three known, so `revert` and a re-run of `apply` work."""
+    for rel, f in files.items():
+        if rel in new_copies:
+            mf.atomic_write(mf.pristine_path(env.package_dir, rel), f.current)
+    final: dict[str, dict[str, Any]] = {}
+    for rel, f in files.items():
+        before = prev_files[rel]["before"] if rel in prev_files else mf.sha256(f.current)
+        final[rel] = {"before": before, "after": mf.sha256(f.new),
+                      "patches": sorted({i.patch for i in f.result.inserted if i.patch != "(import)"}),
+                      "insertions": len(f.result.inserted)}
+    pending = {rel: {**e, "previous": _previous(prev_files.get(rel))} for rel, e in final.items()}
+    for f in pl.files:
+        if f.action == "restore":  # on its way back to the original bytes
+            e = prev_files[f.rel]
+            pending[f.rel] = {"before": e["before"], "after": e["before"],
+                              "previous": _previous(e), "patches": e.get("patches", [])}
+    head = {"sglang_version": env.version, "families": env.families,
+            "applied_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "tool_version": __version__,
+            "patches": names, "aux_layers": pl.options["aux_layers"]}
+    # "pid": `patch status` tells a running apply (it holds the lock) from a killed one
+    mf.write(env.package_dir, {**head, "pending": "apply", "pid": os.getpid(), "files": pending})
+    for f in pl.changes:
+        _write(env, f.rel, f.new)
+        written.append(f)
+    mf.write(env.package_dir, {**head, "files": final})
 
 
 def _write(env: SGLangEnv, rel: str, data: bytes) -> None:
@@ -238,17 +264,23 @@ def _write(env: SGLangEnv, rel: str, data: bytes) -> None:
 
 
 def _roll_back(env: SGLangEnv, written: list[FilePlan], previous: dict[str, Any] | None,
-               new_copies: set[str]) -> None:
-    """Undo a failed apply's writes (best effort; what cannot be undone stays listed as pending)."""
-    for f in reversed(written):
-        _write(env, f.rel, f.current)
-    for rel in new_copies:
-        mf.remove(mf.pristine_path(env.package_dir, rel))
-    if previous is not None:
-        mf.write(env.package_dir, previous)
-    else:
-        mf.remove(mf.state_dir(env.package_dir) / "manifest.json")
-        shutil.rmtree(mf.state_dir(env.package_dir) / "pristine", ignore_errors=True)
+               new_copies: set[str]) -> str:
+    """Undo a failed apply's writes; returns what the user must be told (the tree's state)."""
+    try:
+        for f in reversed(written):
+            _write(env, f.rel, f.current)
+        for rel in new_copies:
+            mf.remove(mf.pristine_path(env.package_dir, rel))
+        if previous is not None:
+            mf.write(env.package_dir, previous)
+        else:  # first apply: the whole state folder goes (the lock is not in it)
+            shutil.rmtree(mf.state_dir(env.package_dir), ignore_errors=True)
+    except (UserError, OSError) as exc:  # the pending manifest (if written) still lists every file
+        return (f"rolling back failed too ({exc}): the tree is part-way; free some space, then run "
+                "`sgl-eagle3 patch revert` (or `patch apply` again)")
+    if previous is None:
+        return "rolled back: the SGLang tree is exactly as it was, no patch state left"
+    return "rolled back: the SGLang tree and its patch state are exactly as they were"
 
 
 def _ours(entry: dict[str, Any]) -> set[str]:
@@ -314,6 +346,10 @@ def revert(env: SGLangEnv, *, force: bool = False) -> RevertReport:
         drifted: list[str] = []
         for rel, entry in man["files"].items():
             path = env.path(rel)
+            if path.is_symlink():
+                raise UserError(f"refused, nothing written: {rel} is now a symbolic link (to "
+                                f"{os.readlink(path)}), it was a file when it was patched; not "
+                                "replacing the link: restore the file, then revert")
             cur = path.read_bytes() if path.is_file() else None
             h = mf.sha256(cur) if cur is not None else None
             pristine = mf.pristine_path(env.package_dir, rel)
@@ -338,7 +374,7 @@ def revert(env: SGLangEnv, *, force: bool = False) -> RevertReport:
                             "use --force to restore the originals anyway")
         sweep_temp(env, set(man["files"]))
         if todo:  # a kill from here on reads as "revert interrupted"; running revert again finishes
-            mf.write(env.package_dir, {**man, "pending": "revert"})
+            mf.write(env.package_dir, {**man, "pending": "revert", "pid": os.getpid()})
         for rel, orig in todo:
             path = env.path(rel)
             mode = path.stat().st_mode & 0o7777 if path.exists() else None
@@ -387,7 +423,10 @@ def status(env: SGLangEnv, specs_dir: Path | None = None) -> dict[str, Any]:
         for rel in _marked_files(env, specs_dir):
             files.append({"path": rel, "state": "marked, no manifest", "patches": []})
     states = {f["state"] for f in files}
-    if man and man.get("pending") and "drifted" not in states and "missing" not in states:
+    running = mf.lock_is_held(env.package_dir)
+    if running:  # an apply/revert holds the lock right now: mid-way, not killed
+        overall = "in progress"
+    elif man and man.get("pending") and "drifted" not in states and "missing" not in states:
         # a kill mid-way: every file is one of the known states; say how to finish
         overall = "interrupted"
     elif not files:
@@ -409,7 +448,11 @@ def status(env: SGLangEnv, specs_dir: Path | None = None) -> dict[str, Any]:
     return {
         "sglang": {"version": env.version, "package_dir": str(env.package_dir), "families": env.families},
         "state": overall,
-        "pending": (man or {}).get("pending"),  # "apply" | "revert": a run was killed mid-way
+        "pending": None if running else (man or {}).get("pending"),  # "apply" | "revert": killed mid-way
+        # a command working on the tree now: its action and pid (from its pending manifest)
+        "running": None if not running else {
+            "action": (man or {}).get("pending"),
+            "pid": (man or {}).get("pid") if isinstance((man or {}).get("pid"), int) else None},
         "manifest": None if not man else {k: man.get(k) for k in (
             "sglang_version", "applied_at", "tool_version", "patches", "aux_layers")},
         "files": files,

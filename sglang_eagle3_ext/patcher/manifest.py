@@ -4,7 +4,9 @@ Layout (next to the code it describes, so an ``--sglang-root`` copy carries its 
 
     <sglang>/.sglang-eagle3-ext/manifest.json
     <sglang>/.sglang-eagle3-ext/pristine/<relpath>.orig   original bytes of every patched file
-    <sglang>/.sglang-eagle3-ext/lock                      flock while apply/revert run
+
+The lock is an ``flock`` on ``<sglang>/`` itself (see ``locked``): no lock file, nothing that revert's
+removal of the state folder could take away from a waiting command.
 
 The folder name has dashes and a leading dot, so no import or package tool treats it as code.
 """
@@ -110,22 +112,35 @@ def drop_bytecode(path: Path) -> int:
     return n
 
 
+# Test seam for the lock race test (tests/test_patch_lock.py): "waiting" (the folder is open, the
+# lock not yet taken), "locked", "unlocking".
+lock_hook: Callable[[str, Path], None] | None = None
+
+
+def _lock_point(what: str, path: Path) -> None:
+    if lock_hook is not None:
+        lock_hook(what, path)
+
+
+def _open_lock(package_dir: Path) -> int:
+    try:
+        return os.open(package_dir, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise UserError(f"cannot open {package_dir} ({exc.strerror})") from exc
+
+
 @contextlib.contextmanager
 def locked(package_dir: Path, timeout: float = 10.0) -> Iterator[None]:
-    """Exclusive lock for apply/revert on one SGLang tree."""
+    """Exclusive lock for apply/revert on one SGLang tree: ``flock`` on the package folder itself.
+
+    Not a file in the state folder: revert removes that folder, and a lock file deleted while a
+    waiting command holds it open lets a later command lock a new file beside it, two writers at
+    once (issue 23). The package folder outlives every command of ours, so everyone who may hold
+    the lock holds the same inode, and nothing is created for it."""
+    fd = _open_lock(package_dir)
     d = state_dir(package_dir)
-    created = not d.exists()
     try:
-        d.mkdir(exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"cannot write to {package_dir} ({exc.strerror}); run with the rights "
-                        "that installed SGLang or use --sglang-root on a copy") from exc
-    try:
-        fd = os.open(d / "lock", os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise UserError(f"cannot write to {d} ({exc.strerror}); run with the rights "
-                        "that installed SGLang or use --sglang-root on a copy") from exc
-    try:
+        _lock_point("waiting", package_dir)
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -133,16 +148,43 @@ def locked(package_dir: Path, timeout: float = 10.0) -> Iterator[None]:
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise UserError(f"another sgl-eagle3 patch command holds {d / 'lock'}") from None
+                    raise UserError(f"another sgl-eagle3 patch command is working on {package_dir} "
+                                    f"(`sgl-eagle3 patch status` shows it); try again when it is done") from None
                 time.sleep(0.1)
-        yield
+        _lock_point("locked", package_dir)
+        created = not d.exists()  # looked at under the lock: nobody else makes or removes it now
+        try:
+            d.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"cannot write to {package_dir} ({exc.strerror}); run with the rights "
+                            "that installed SGLang or use --sglang-root on a copy") from exc
+        try:
+            yield
+        finally:
+            # a refused apply must leave the tree exactly as it was: no empty state folder behind
+            if created and d.is_dir() and not os.listdir(d):
+                with contextlib.suppress(OSError):
+                    d.rmdir()
+            _lock_point("unlocking", package_dir)
+    finally:
+        os.close(fd)  # releases the flock
+
+
+def lock_is_held(package_dir: Path) -> bool:
+    """True while some apply/revert holds the lock of this tree (``patch status`` asks)."""
+    try:
+        fd = _open_lock(package_dir)
+    except UserError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
     finally:
         os.close(fd)
-        # a refused apply must leave the tree exactly as it was: no empty state folder behind
-        if created and d.is_dir() and set(os.listdir(d)) <= {"lock"}:
-            with contextlib.suppress(OSError):
-                (d / "lock").unlink()
-                d.rmdir()
+    return False
 
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")

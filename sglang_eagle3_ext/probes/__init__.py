@@ -40,7 +40,10 @@ def settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The probe settings an environment asks for, read through ``sglang_eagle3_ext.settings``
     (names, types, defaults). Bad values warn (when the probes are on) and fall back: a typo in
     an env var must never take a serving process down."""
-    on = bool(env.PROFILE.get(environ))
+    on, bad = env.PROFILE.read(environ)
+    on = bool(on)
+    if bad:  # "garbage", "disable": off (the default), and said, never silently on
+        _warn(bad)
 
     def get(s: env.Setting) -> Any:
         value, problem = s.read(environ)
