@@ -24,6 +24,7 @@ Release formats (structure decides, by which loader the file defines):
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
