@@ -581,6 +581,28 @@ def run_scan(opts: ScanOptions, cfg: Any, out_dir: Path, *, version: str, loader
     return finish(doc, out_dir, loader, opts.within_pct)
 
 
+def markdown(doc: dict[str, Any]) -> str:
+    """The per-key cells at each level's batch size as one Markdown table (table.md)."""
+    base = doc.get("baseline") or {}
+    head = ("batch size", "steps", "cycles / blocks", "cycle ms", "accept len", "accept by position",
+            "tok/s per stream [95% over blocks]", "tok/s total", "vs plain")
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join([":-:"] * len(head)) + "|"]
+    for c in sorted(main_cells(doc), key=lambda c: (c["bs"], c["steps"])):
+        iv = (c.get("interval") or {}).get("per_stream_tok_s")
+        ref = (base.get(str(c["bs"])) or {}).get("per_stream_tok_s")
+        vs = f"{(c['per_stream_tok_s'] / ref - 1) * 100:+.1f}%" if (ref and c["per_stream_tok_s"]) else "-"
+        lines.append("| " + " | ".join([
+            str(c["bs"]), STEP0_LABEL if c["steps"] == 0 else str(c["steps"]), f"{c['cycles']} / {c['blocks']}",
+            f"{c['cycle_ms']:.2f}" if c["cycle_ms"] else "-", f"{c['accept_len']:.2f}" if c["accept_len"] else "-",
+            " ".join("-" if r is None else f"{r:.2f}" for r in c["per_position"]) or "-",
+            (f"{c['per_stream_tok_s']:.1f}" if c["per_stream_tok_s"] else "-") + (f" [{iv[0]:.1f}, {iv[1]:.1f}]" if iv else ""),
+            f"{c['throughput_tok_s']:.1f}" if c["throughput_tok_s"] else "-", vs]) + " |")
+    for k, v in sorted(base.items(), key=lambda kv: int(kv[0])):
+        lines.append(f"| {k} | {PLAIN_LABEL} | client | - | - | - | {v['per_stream_tok_s']:.1f} | "
+                     f"{v['throughput_tok_s']:.1f} | — |")
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------ reading a result
 
 

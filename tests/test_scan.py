@@ -58,11 +58,38 @@ def on_path(monkeypatch):
     monkeypatch.setattr(console.out, "width", 250)  # the tables unwrapped
 
 
-def test_scan_end_to_end_one_start(models, tmp_path, capsys, on_path):
-    out = tmp_path / "scan"
-    rc = cli.main(_argv(models, out, "--baseline", "--baseline-runs", "1"))
-    text = capsys.readouterr()
-    assert rc == 0, text.out + text.err
+@pytest.fixture(scope="module")
+def scanned(tmp_path_factory):
+    """One stand-in scan (with --baseline) shared by the end-to-end and the reader tests."""
+    import contextlib
+    import io
+    import os
+
+    from sglang_eagle3_ext import console
+
+    root = tmp_path_factory.mktemp("scan")
+    models = (str(write_model(root / "target", "LlamaForCausalLM")),
+              str(write_model(root / "draft", "LlamaForCausalLMEagle3", num_hidden_layers=1, draft_vocab_size=512)))
+    out, so, se = root / "scan", io.StringIO(), io.StringIO()
+    old_pp, old_w = os.environ.get("PYTHONPATH"), console.out.width
+    os.environ["PYTHONPATH"] = f"{STANDINS}:{Path(__file__).resolve().parents[1]}"
+    console.out.width = 250
+    try:
+        with contextlib.redirect_stdout(so), contextlib.redirect_stderr(se):
+            rc = cli.main(_argv(models, out, "--baseline", "--baseline-runs", "1"))
+    finally:
+        console.out.width = old_w
+        if old_pp is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old_pp
+    return {"rc": rc, "out": out, "stdout": so.getvalue(), "stderr": se.getvalue()}
+
+
+def test_scan_end_to_end_one_start(scanned):
+    out = scanned["out"]
+    assert scanned["rc"] == 0, scanned["stdout"] + scanned["stderr"]
+    text_out = scanned["stdout"]
     doc = scan.load(out)
     assert doc["schema"] == "eagle3_scan/1" and doc["interrupted"] is False
     assert doc["candidates"] == [0, 1, 2, 3] and doc["levels"] == [1, 4]
@@ -92,9 +119,71 @@ def test_scan_end_to_end_one_start(models, tmp_path, capsys, on_path):
     assert ad["reasons"]["1"].startswith(f"best {doc['best']['1']['steps']} steps")
     assert doc["client"]["1"]["per_stream_tok_s"] > 0 and doc["probe_mix"]["1"]["cycles"] > 0
     assert (out / "ladder.json").is_file()
-    assert "step 0 (SGLang, not plain decoding)" in text.out
-    assert "ESTIMATED" in text.out and "outside twin" in text.out
-    assert "Adaptive config from these measurements" in text.out
+    assert "step 0 (SGLang, not plain decoding)" in text_out
+    assert "ESTIMATED" in text_out and "outside twin" in text_out
+    assert "Adaptive config from these measurements" in text_out
+
+
+def test_compare_reads_a_scan(scanned, capsys):
+    assert cli.main(["compare", str(scanned["out"]), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    labels = {r["config"] for r in rows}
+    assert "plain server (client)" in labels and "scan step 0 (SGLang, not plain decoding) (probes, steady)" in labels
+    doc = scan.load(scanned["out"])
+    r2 = next(r for r in rows if r["concurrency"] == 4 and r["config"] == "scan 2 steps (probes, steady)")
+    c2 = next(c for c in scan.main_cells(doc) if c["steps"] == 2 and c["bs"] == 4)
+    assert r2["per_stream_tok_s"] == c2["per_stream_tok_s"]
+    assert r2["per_stream_vs_baseline_pct"] == pytest.approx(
+        (c2["per_stream_tok_s"] / doc["baseline"]["4"]["per_stream_tok_s"] - 1) * 100)
+
+
+def test_adaptive_write_from_a_scan(scanned, tmp_path, capsys):
+    dest = tmp_path / "a.json"
+    rc = cli.main(["adaptive", "write", "--from", str(scanned["out"] / "scan.json"), "--out", str(dest),
+                   "--sglang-root", str(releases.fetch("0.5.16")), "--json"])
+    got = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    doc = scan.load(scanned["out"])
+    assert got["read_back"] == doc["adaptive"]["tiers"]  # the same chooser/writer as the scan's own
+
+
+def test_sweep_report_reads_a_scan(scanned, tmp_path, capsys):
+    rc = cli.main(["sweep", "--report", str(scanned["out"]), "--out", str(tmp_path / "r")])
+    text = capsys.readouterr().out
+    assert rc == 0 and "Best static configuration" in text
+    assert (tmp_path / "r" / "table.md").read_text().count("| 4 |") >= 4
+    assert cli.main(["sweep", "--report", str(scanned["out"]), "--out", str(scanned["out"])]) == 2
+
+
+def test_tables_from_recorded_sequences():
+    """Recorded /3 windows: a hold block split over two windows merges; drain cells stay out."""
+    def key(s, b, cycles, ms, tok, parts):
+        req = cycles * b
+        return {"steps": s, "topk": 1, "draft_tokens": s + 1, "bs": b, "graph": True, "cycles": cycles,
+                "requests": req, "accepted_drafts": tok - req, "tokens": tok, "accept_hist": {},
+                "phases": {p: {"mean_ms": v, "p50_ms": v, "p90_ms": v} for p, v in
+                           (("draft", 0.5 * s), ("verify", ms - 0.5 * s - 0.3), ("extend", 0.0),
+                            ("other", 0.3), ("cycle", ms))},
+                "parts": parts}
+    w1 = {"by_key": {"s1.k1.d2.b2.g": key(1, 2, 10, 4.0, 36, [[0, 10, 40.0, 36, 20]]),
+                     "s2.k1.d3.b2.g": key(2, 2, 6, 5.0, 30, [[1, 6, 30.0, 30, 12]])}}
+    w2 = {"by_key": {"s2.k1.d3.b2.g": key(2, 2, 4, 5.0, 20, [[1, 4, 20.0, 20, 8], [3, 0, 0.0, 0, 0]][:1]),
+                     "s1.k1.d2.b2.g": key(1, 2, 10, 4.0, 32, [[2, 10, 40.0, 32, 20]]),
+                     "s1.k1.d2.b1.g": key(1, 1, 3, 3.0, 5, [[0, 3, 9.0, 5, 3]])}}  # drain cycles
+    merged = scan.merge_keys([w1, w2])
+    cells = [scan.cell(v, 2) for v in merged.values()]
+    doc = {"cells": cells, "baseline": {"2": {"per_stream_tok_s": 400.0}}}
+    c1 = next(c for c in scan.main_cells(doc) if c["steps"] == 1)
+    c2 = next(c for c in scan.main_cells(doc) if c["steps"] == 2)
+    assert len(scan.main_cells(doc)) == 2  # the batch-1 drain cell is kept but not compared
+    assert c2["blocks"] == 1 and c2["cycles"] == 10  # block 1 spans both windows: one part
+    assert c1["accept_len"] == pytest.approx(68 / 40) and c1["cycle_ms"] == pytest.approx(4.0)
+    assert c1["per_stream_tok_s"] == pytest.approx(68 / 40 * 250)
+    lo, hi = c1["interval"]["per_stream_tok_s"]  # blocks 36/20 and 32/20 at 4 ms: 450 and 400
+    assert lo < 425 < hi and hi - lo == pytest.approx(2 * 12.706 * 25, rel=1e-3)  # t(1) x sd/sqrt(2) = 25
+    best = scan.best_static(doc)
+    assert best["2"]["steps"] == 2 and best["2"]["vs_baseline"] == pytest.approx((2.5 * 200 / 400 - 1) * 100)
+    assert scan.table(doc) == {2: {1: c1["per_stream_tok_s"], 2: c2["per_stream_tok_s"]}}
 
 
 def test_ctrl_c_keeps_what_was_measured(models, tmp_path, capsys, on_path, monkeypatch):
