@@ -258,3 +258,43 @@ def test_parse_steps_and_merge_extra():
             scan.parse_steps(bad)
     assert merge_extra(["--a", "1", "--max-running-requests", "8", "--flag"], ["--max-running-requests", "32"]) == \
         ["--a", "1", "--flag", "--max-running-requests", "32"]
+
+
+def test_profile_one_key_per_figure_and_ladder_bench(scanned, capsys, monkeypatch):
+    """profile on the scan's own probe file: the headline says it is a mix, each key has its row
+    (made of its own steady cycles), break-even and --predict per key, every ladder level compared."""
+    from sglang_eagle3_ext import console
+
+    monkeypatch.setattr(console.out, "width", 250)
+    out = scanned["out"]
+    rc = cli.main(["profile", str(out / "prof.jsonl"), "--baseline-tps", "500", "--predict",
+                   "--bench", str(out / "ladder.json")])
+    text = capsys.readouterr().out
+    assert rc == 0
+    import re
+
+    assert re.search(r"a MIX of \d+ keys \(steps 0, 1, 2, 3 x batch sizes 1, [0-9, ]*4\)", text), text[:2000]
+    assert "per key (table below)" in text  # no mixed break-even in the headline
+    for k in ("s0.k1.d1.b1.g", "s3.k1.d4.b4.g"):
+        assert k in text
+    assert "Prediction from" in text and "key s3.k1.d4.b1.g" in text and "key s3.k1.d4.b4.g" in text
+    assert "Profile vs client, every level" in text
+    rc = cli.main(["profile", str(out / "prof.jsonl"), "--json", "--predict", "--bench", str(out / "ladder.json")])
+    got = json.loads(capsys.readouterr().out)
+    ladder = got["agreement"][str(out / "prof.jsonl")]["ladder"]
+    assert [lv["client"]["concurrency"] for lv in ladder] == [1, 4]
+    assert [lv["basis"] for lv in ladder] == ["steady batch-1", "steady batch-4"]
+    assert {v["key"] for v in got["predictions"].values()} >= {"s3.k1.d4.b1.g", "s3.k1.d4.b4.g"}  # + drain sizes
+    # each key's tok/s is its own: the scan's cells are the same figures
+    doc = scan.load(out)
+    keys = got["files"][0]["by_key"]
+    c = next(c for c in scan.main_cells(doc) if c["steps"] == 2 and c["bs"] == 4)
+    assert keys["s2.k1.d3.b4.g"]["per_stream_tok_s"] == c["per_stream_tok_s"]
+
+
+def test_profile_help_says_steady_and_boundary(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["profile", "--help"])
+    h = capsys.readouterr().out
+    assert "STEADY decode cycles" in h and "BOUNDARY cycle" in h and "step-count switch" in h
+    assert "ladder" in h
