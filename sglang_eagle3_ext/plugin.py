@@ -327,6 +327,7 @@ class _State:
     allreduce: str | None = None
     depth: int = 0
     spec: tuple = ()
+    stepctl_checked: bool = False
     notes: list[str] = field(default_factory=list)
 
 
@@ -478,7 +479,11 @@ def _verify(registry: Any) -> list[str]:
         logger.info("all %d requested hook(s) applied", len(_S.registered))
         return missing
     for h in _S.registered:
-        if h.target in missing:
+        if h.target in missing and h.family == "stepctl":
+            logger.error("HOOK NOT APPLIED: %s (%s): SGLang could not resolve or patch it; step counts are "
+                         "not held in this process (with the init_states hook present it refuses to start)",
+                         h.target, h.role)
+        elif h.target in missing:
             logger.error("HOOK NOT APPLIED: %s (%s %s): SGLang could not resolve or patch it; the %s "
                          "numbers from this process are absent or wrong", h.target, h.family, h.role, h.role)
     logger.error("%d of %d requested hook(s) missing; for probes use `sgl-eagle3 patch apply` "
@@ -566,6 +571,8 @@ def _cycle_hook(rule: dict[str, str]) -> Callable[..., Any]:
         probes = _probes()
         if _S.missing is None:
             verify()
+        if not _S.stepctl_checked:  # once: by the first decode cycle init_states has run, if ever
+            _S.stepctl_checked = True
             if any(h.family == "stepctl" for h in _S.registered) and stepctl.installed() is None:
                 logger.error("step control was asked for but no adaptive controller built its states: "
                              "start SGLang with --speculative-adaptive (steps are not held)")
@@ -815,8 +822,10 @@ def describe(env: SGLangEnv | None = None, environ: dict[str, str] | None = None
     else:
         route, why = "none", f"SGLang {env.version} < 0.5.11 has no plugins: run `sgl-eagle3 patch apply`"
     info["route"], info["route_why"] = route, why
+    step_control, refuse = stepctl.requested(environ)
+    if step_control:  # what holding step counts can do on this release (scan, doctor)
+        info["step_control"] = {**stepctl.plan(env), "decider": step_control, "refused": refuse}
     try:
-        step_control, refuse = stepctl.requested(environ)
         plan = plan_hooks(env, profile=sw["profile"] and not patched, aux=bool(sw["aux_layers"]),
                           nccl_preset=bool(sw["nccl"]), step_control=step_control, refuse=refuse)
         info["plan"] = plan.to_dict()

@@ -57,6 +57,7 @@ _STEADY_LINE = re.compile(
     + r", extend " + _NUM + r", other " + _NUM + r"\), accept len (?:" + _NUM + r"|n/a), eff tok/s (?:"
     + _NUM + r"|n/a))"
 )
+_RAN_LINE = re.compile(r"Steps ran:\s*(?P<ran>.*?)(?: \((?P<who>\w+) decider, block (?P<block>\S+)\))?\s*$")
 _BOUND_LINE = re.compile(r"Boundary cost:\s*\+" + _NUM + r" ms over steady p50, (?P<joins>\d+) joins")
 _CONFIG_LINE = re.compile(
     r"Config:\s*steps (?P<steps>\S+), topk (?P<topk>\S+), draft tokens (?P<dt>[^;]+); "
@@ -100,6 +101,7 @@ class _Block:
         self.split_cycles: re.Match[str] | None = None
         self.split_steady: re.Match[str] | None = None
         self.split_bound: re.Match[str] | None = None
+        self.ran: re.Match[str] | None = None
         self.truncated: list[str] = []
 
     @property
@@ -164,6 +166,8 @@ def _scan_blocks(text: str) -> list[_Block]:
             cur.split_steady = m
         elif m := _BOUND_LINE.search(line):
             cur.split_bound = m
+        elif m := _RAN_LINE.search(line):
+            cur.ran = m
         else:
             cur = None  # any other line ends the block
     return blocks
@@ -249,7 +253,24 @@ def _block_record(b: _Block, index: int, path: str, notes: list[str]) -> dict[st
         rec["spec"] = {"steps": None, "topk": None, "draft_tokens": None}
     if b.split_cycles and b.split_steady:
         _block_split(b, rec)
+    if b.ran:
+        rec["control"] = _block_control(b.ran)
     return rec
+
+
+def _block_control(m: re.Match[str]) -> dict[str, Any]:
+    """The /3 block's "Steps ran: bs 2: 1 x50, 3 x50 (hold decider, block 7)" line."""
+    choices: dict[str, dict[str, int]] = {}
+    for part in m["ran"].split(";"):
+        bs, _, rest = part.strip().removeprefix("bs ").partition(":")
+        row = choices.setdefault(bs.strip(), {})
+        for item in rest.split(","):
+            steps, _, n = item.strip().partition(" x")
+            if n.isdigit():
+                row[steps.strip()] = int(n)
+    block = m["block"]
+    return {"decider": m["who"], "block": int(block) if block and block.isdigit() else None,
+            "candidates": None, "choices": choices}
 
 
 def _block_split(b: _Block, rec: dict[str, Any]) -> None:

@@ -18,7 +18,7 @@ PKG = Path(__file__).resolve().parent.parent / "sglang_eagle3_ext"
 # what SGLang processes import: the plugin entry point, the probes and the layer override that
 # patched files call, and what those two routes read (docs/architecture.md, "Two sides")
 INSIDE = ["plugin", "probes", "probes._profiler", "probes.timers", "probes.window", "probes.metrics",
-          "layers", "nccl", "settings", "patcher"]
+          "layers", "nccl", "settings", "patcher", "stepctl", "hold"]
 
 
 def _path(mod: str) -> Path:

@@ -15,6 +15,7 @@ import json
 import types
 
 import pytest
+from conftest import REPO
 from scripted import Clock
 from test_stepctl import FakeController
 
@@ -168,6 +169,7 @@ def test_a_retracted_batch_does_not_shift_the_counts(tmp_path):
         probes.tag_cycle(2, 1, 3, bs, False, -1)
         clock.ms(10)
         probes.cycle_end()
+    probes.record_accept([], bonus_included=False)  # an empty verify belongs to no cycle
     probes.record_accept([1, 1], bonus_included=False)  # the bs-2 cycle's counts
     probes.cycle_begin()
     rec = probes.flush()
@@ -190,3 +192,110 @@ def test_records_round_trip_v3_and_older_still_read(tmp_path):
     run = profile_log.load(tmp_path / "prof.jsonl")
     s = profile_log.summarize(run)
     assert "s3.k1.d4.b2.g" in s["by_key"] and s["control"]["choices"] == {"2": {"3": 3}}
+
+
+def test_profile_shows_which_steps_ran_at_which_batch_size(tmp_path, capsys):
+    """SGLang's own adaptive mode switching 3 -> 1 at batch size 2: `profile` says what ran where."""
+    from sglang_eagle3_ext import cli
+
+    ctrl = FakeController(built=(1, 3), start=3)
+    clock = _start(tmp_path, 100)
+    pending = _run(ctrl, clock, 3, last=False)
+    ctrl._activate(1)
+    _run(ctrl, clock, 1, pending=pending)
+    probes.flush()
+    assert cli.main(["profile", str(tmp_path / "prof.jsonl")]) == 0
+    out = capsys.readouterr().out
+    assert "Step counts run per batch size" in out
+    assert "1: 1 (25%), 3: 3 (75%)" in out and "SGLang (its own adaptive rule" in out
+
+
+# ------------------------------------------------------------------------------------------------
+# A committed /3 sample for the readers (scan tables, policy): a hold schedule over steps 3..0 at
+# two loads, written by the real probes from a recorded sequence (scripted clock, seeded accepts).
+HOLD_SAMPLE = REPO / "tests" / "data" / "profile" / "hold_v3.jsonl"
+VOLATILE = ("time", "probe_wait_ms", "probe_read_ms", "sglang_version")
+
+
+def write_hold_sample(tmp_path):
+    """HOLD=8 over built steps 0..3 (started at 3; CUDA-graph sizes 1, 2, 4, 8, 16): 96 decode
+    cycles at batch size 1, then 96 at 8, windows of 50, counts one cycle late. Acceptance: each
+    draft position accepted with p 0.8 (seeded walk). Cycle ms: draft 1.2 / step, verify
+    4.0 + 0.1 bs + 0.3 (steps + 1) bs / 8, extend 0.5, gap 0.3."""
+    import random
+
+    rnd = random.Random(22)
+    ctrl = FakeController(built=(0, 1, 2, 3), start=3)
+    ctrl.params._cuda_graph_bs = [1, 2, 4, 8, 16]
+    ctrl.worker.topk = 1
+    stepctl.init_hook("hold", list)(lambda self: None, ctrl)
+    clock = _start(tmp_path, 50)
+    cycle = plugin._cycle_hook({"rule": "not_extend", "arg": "batch", "extend_in_batch": "true"})
+
+    def forward(self, batch):
+        bs = batch.seq_lens.shape[0]
+        stepctl.activate_hook(lambda c, n: None, ctrl, bs)
+        steps = self.speculative_num_steps
+        for name, ms in (("draft", 1.2 * steps), ("verify", 4.0 + 0.1 * bs + 0.3 * (steps + 1) * bs / 8),
+                         ("extend", 0.5)):
+            if ms:
+                probes.phase_begin(name)
+                clock.ms(ms)
+                probes.phase_end(name)
+        return types.SimpleNamespace(speculative_num_draft_tokens=steps + 1, can_run_cuda_graph=True)
+
+    def walk(steps):
+        n = 0
+        while n < steps and rnd.random() < 0.8:
+            n += 1
+        return n
+
+    mode = types.SimpleNamespace(is_extend=lambda: False, is_idle=lambda: False)
+    pending = None
+    for bs in [1] * 96 + [8] * 96:
+        batch = types.SimpleNamespace(forward_mode=mode, is_extend_in_batch=False,
+                                      seq_lens=types.SimpleNamespace(shape=(bs,)))
+        cycle(forward, ctrl.worker, batch)
+        if pending is not None:
+            probes.record_accept(pending, bonus_included=False)
+        pending = [walk(ctrl.worker.speculative_num_steps) for _ in range(bs)]
+        clock.ms(0.3)
+    probes.cycle_begin()
+    probes.record_accept(pending, bonus_included=False)
+    probes.flush()
+    return [json.loads(x) for x in (tmp_path / "prof.jsonl").read_text().splitlines()]
+
+
+def _stable(recs):
+    return [{k: v for k, v in r.items() if k not in VOLATILE} for r in recs]
+
+
+def test_committed_hold_sample_is_what_the_probes_write(tmp_path, monkeypatch):
+    """tests/data/profile/hold_v3.jsonl is regenerated here and must match (all but the time and
+    the probes' own read cost): the sample cannot drift from the writer."""
+    monkeypatch.setenv("SGLANG_EAGLE3_HOLD", "8")
+    recs = write_hold_sample(tmp_path)
+    committed = [json.loads(x) for x in HOLD_SAMPLE.read_text().splitlines()]
+    assert _stable(recs) == _stable(committed)
+    keys = profile_log.by_key_summary(recs)
+    assert sorted(keys, key=profile_log._key_order) == list(keys)
+    assert {(v["bs"], v["steps"]) for v in keys.values()} == {(b, s) for b in (1, 8) for s in range(4)}
+    ctl = profile_log.control_summary(recs)
+    # every load level rotated through every candidate: 12 blocks of 8 = 24 cycles per step count
+    assert ctl["choices"] == {"1": {"0": 24, "1": 24, "2": 24, "3": 24}, "8": {"0": 24, "1": 24, "2": 24, "3": 24}}
+    assert all(len(v["parts"]) == 3 for v in keys.values())  # 3 blocks per (steps, bs)
+    assert keys["s0.k1.d1.b8.g"]["per_position"] == [] and keys["s0.k1.d1.b8.g"]["accept_len"] == 1.0
+
+
+def test_server_log_blocks_say_what_ran_too(tmp_path):
+    """The block's 'Steps ran' line reads back from a server log into control.choices."""
+    from sglang_eagle3_ext.probes.window import format_block
+
+    recs = [json.loads(x) for x in HOLD_SAMPLE.read_text().splitlines()]
+    log = tmp_path / "server.log"
+    log.write_text("\n".join(["INFO noise"] + [format_block(r) for r in recs]) + "\n")
+    run = profile_log.load(log)
+    assert [r["control"] for r in run.records] == [
+        {**{k: r["control"][k] for k in ("decider", "block", "choices")}, "candidates": None} for r in recs]
+    assert profile_log.summarize(run, all_windows=True)["control"]["choices"] == \
+        profile_log.control_summary(recs)["choices"]

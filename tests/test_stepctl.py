@@ -89,6 +89,7 @@ def test_hold_settings_and_refusals():
 class FakeWorker:
     def __init__(self, steps: int) -> None:
         self.speculative_num_steps = steps
+        self.speculative_num_draft_tokens = steps + 1
 
 
 class FakeController:
@@ -103,8 +104,9 @@ class FakeController:
         self.ema_calls = 0
 
     def _activate(self, steps: int) -> None:
-        self.switches.append(steps)
+        self.switches.append(steps)  # what apply_runtime_state sets (topk 1: draft tokens = steps + 1)
         self.worker.speculative_num_steps = steps
+        self.worker.speculative_num_draft_tokens = steps + 1
 
     # what SGLang's own methods would do: the hooks must not call them while a decider holds
     def activate_step_by_batch(self, batch_size: int) -> None:
@@ -209,3 +211,35 @@ def test_hold_and_policy_together_compile_to_a_refusal(release_root):
     ctl = [h for h in plan.hooks if h.family == "stepctl"]
     assert [h.role for h in ctl] == ["stepctl-init"] and ctl[0].detail["refuse"] == why
     assert any(h.role == "cycle" for h in plan.hooks)  # the probes are unaffected
+
+
+@pytest.mark.parametrize("release_root", ["0.5.13"], indirect=True)
+def test_describe_says_what_step_control_does_here(release_root):
+    env = sglang_env.locate(release_root)
+    d = plugin.describe(env, {"SGLANG_EAGLE3_HOLD": "32"})
+    assert d["active"] and d["switches"]["step_control"] == "hold"
+    sc = d["step_control"]
+    assert sc["ok"] and not sc["step0"] and sc["refused"] is None and "loader refuses 0" in sc["reason"]
+    assert [h["role"] for h in d["plan"]["hooks"]] == ["stepctl-init", "stepctl-activate", "stepctl-verify"]
+    assert "step_control" not in plugin.describe(env, {})
+
+
+def test_hold_without_an_adaptive_controller_is_said_at_the_first_decode_cycle(monkeypatch, caplog):
+    """Started without --speculative-adaptive: no init_states ever runs; the first decode cycle
+    (probes on) names it, once."""
+    import logging
+
+    from sglang_eagle3_ext import probes
+
+    monkeypatch.setattr(plugin._S, "missing", [])
+    monkeypatch.setattr(plugin._S, "stepctl_checked", False)
+    monkeypatch.setattr(plugin._S, "registered", [plugin.Hook("stepctl-init", "stepctl", "x.init_states")])
+    cycle = plugin._cycle_hook({"rule": "not_extend", "arg": "batch", "extend_in_batch": "false"})
+    mode = types.SimpleNamespace(is_extend=lambda: False, is_idle=lambda: False)
+    batch = types.SimpleNamespace(forward_mode=mode)
+    probes.reset(environ={})
+    with caplog.at_level(logging.ERROR, logger="sglang_eagle3_ext.plugin"):  # attaches to our logger
+        for _ in range(2):
+            cycle(lambda self, batch: None, FakeWorker(3), batch)
+    msgs = [r.getMessage() for r in caplog.records if "no adaptive controller" in r.getMessage()]
+    assert len(msgs) == 1 and "--speculative-adaptive" in msgs[0]

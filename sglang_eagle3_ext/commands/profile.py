@@ -364,6 +364,29 @@ def _predict_table(s: dict[str, Any], preds: list[analysis.Prediction]):
     return t
 
 
+def _choices_table(summaries: list[dict[str, Any]]):
+    """Which step counts ran at which batch size (eagle3_prof/3 ``control.choices``, every decode
+    cycle): what SGLang's own adaptive mode chose, or what a hold schedule ran. Shown when a file
+    ran more than one step count."""
+    from rich.table import Table
+
+    have = [s for s in summaries if s.get("control") and any(
+        len(v) > 1 for v in (s["control"].get("choices") or {}).values())]
+    if not have:
+        return None
+    t = Table(title="Step counts run per batch size (decode cycles, steady and boundary)")
+    for c in ("file", "decided by", "batch", "steps: cycles (share)"):
+        t.add_column(c, justify="left" if c != "batch" else "right")
+    for s in have:
+        ctl = s["control"]
+        who = ctl.get("decider") or "SGLang (its own adaptive rule, or fixed)"
+        for bs, by in ctl["choices"].items():
+            total = sum(by.values()) or 1
+            t.add_row(Path(s["file"]).name, who, bs,
+                      ", ".join(f"{k}: {n} ({100.0 * n / total:.0f}%)" for k, n in by.items()))
+    return t
+
+
 def run(args: argparse.Namespace) -> int:
     if args.baseline_tps is not None and args.baseline_tps <= 0:
         raise UserError(f"--baseline-tps must be positive (got {args.baseline_tps:g})", exit_code=2)
@@ -419,7 +442,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     out.print(_table(summaries, args.baseline_tps))
-    for extra in (_boundary_table(summaries), _batch_table(summaries), _key_table(summaries, args.baseline_tps)):
+    for extra in (_boundary_table(summaries), _batch_table(summaries), _choices_table(summaries),
+                  _key_table(summaries, args.baseline_tps)):
         if extra is not None:
             out.print(extra)
     for base, spread in ranks.items():

@@ -225,9 +225,9 @@ class Profiler:
         batch size (older ones of another size produced no verify, e.g. a retraction); untagged
         cycles (source patch) take their size from the counts."""
         q = self._await
-        if not q:
-            return
         n = len(counts)
+        if not q or not n:  # an empty verify (no request) produced by no cycle
+            return
         skip = 0
         for t in q:
             bs = t[3]

@@ -1,9 +1,11 @@
 """Turn one window of resolved cycle timings and accept counts into a record and a text block.
 
-Pure functions over plain numbers: no timers, no torch. The record is schema ``eagle3_prof/2``
-(docs/architecture.md; /2 = /1 plus the steady / boundary / by_batch split of issue 15); the block
-is the seeds' EAGLE3_PROF layout plus the timing mode, "(incl. bonus)" on the accept length and
-three lines saying which cycles are steady decode and what the boundary cycles cost.
+Pure functions over plain numbers: no timers, no torch. The record is schema ``eagle3_prof/3``
+(docs/architecture.md; /2 = /1 plus the steady / boundary / by_batch split of issue 15; /3 = /2
+plus ``by_key`` and ``control``, every cycle tagged with what ran it, issue 22); the block is the
+seeds' EAGLE3_PROF layout plus the timing mode, "(incl. bonus)" on the accept length, three lines
+saying which cycles are steady decode and what the boundary cycles cost, and one saying which
+step counts ran when more than one did.
 """
 
 from __future__ import annotations
@@ -261,7 +263,22 @@ def format_block(rec: Mapping[str, Any]) -> str:
         f"route {_fmt_opt(rec.get('route'))}"
     )
     lines.extend(_split_lines(rec))
+    lines.extend(_control_lines(rec))
     return "\n".join(lines)
+
+
+def _control_lines(rec: Mapping[str, Any]) -> list[str]:
+    """/3: one line saying which step counts ran at which batch size, when more than one ran or a
+    decider held them (the phase table above mixes them; `profile` splits them per key)."""
+    ctl = rec.get("control")
+    if not ctl:
+        return []
+    ch = ctl.get("choices") or {}
+    if not ctl.get("decider") and all(len(v) <= 1 for v in ch.values()):
+        return []
+    ran = "; ".join(f"bs {bs}: " + ", ".join(f"{k} x{n}" for k, n in v.items()) for bs, v in ch.items())
+    who = f" ({ctl['decider']} decider, block {_fmt_opt(ctl.get('block'))})" if ctl.get("decider") else ""
+    return [f"  Steps ran:       {ran}{who}"]
 
 
 def _split_lines(rec: Mapping[str, Any]) -> list[str]:
