@@ -352,23 +352,30 @@ def estimate_memory(model: str | None, draft: str | None, candidates: list[int],
                                                "-- --cuda-graph-max-bs-decode N to fix it)" if assumed_b else
                                                " (from the launch args)")
                       + ", from hidden/intermediate/vocab sizes of the configs; no pool sharing between states "
-                        "(upper estimate); the server log's 'Capture cuda graph end ... mem usage' lines are "
-                        "the measured twin")}
+                        "(upper estimate); the server log's 'Capture ... end ... mem usage' lines are "
+                        "the measured twin, printed after the start")}
 
 
 def log_graph_memory(log_path: str | Path | None) -> dict[str, Any] | None:
-    """The measured twin: SGLang's own 'Capture cuda graph end. ... mem usage=X GB' lines."""
+    """The measured twin: SGLang's own 'Capture <what> CUDA graph end. elapsed=..., mem usage=X GB,
+    avail mem=Y GB.' lines (0.5.16 model_runner_components/cuda_graph_setup.py, eagle_worker_v2.py
+    draft decode / draft extend), summed over every capture of every state."""
     import re
 
     if not log_path or not Path(log_path).is_file():
         return None
-    pat = re.compile(r"Capture (?:draft |draft extend |)cuda graph end\..*?mem usage=([\d.]+) GB")
-    vals = [float(m.group(1)) for line in Path(log_path).read_text(errors="replace").splitlines()
-            if (m := pat.search(line))]
-    if not vals:
+    pat = re.compile(r"Capture ([\w -]+?) end\..*?mem usage=([\d.]+) GB(?:, avail mem=([\d.]+) GB)?",
+                     re.IGNORECASE)
+    rows = [m for line in Path(log_path).read_text(errors="replace").splitlines() if (m := pat.search(line))]
+    if not rows:
         return None
-    return {"captures": len(vals), "total_gib": round(sum(vals), 3),
-            "basis": "sum of 'mem usage' of every 'Capture ... cuda graph end' line in the server log"}
+    by: dict[str, float] = {}
+    for m in rows:
+        by[m.group(1)] = round(by.get(m.group(1), 0.0) + float(m.group(2)), 3)
+    avail = next((float(m.group(3)) for m in reversed(rows) if m.group(3)), None)
+    return {"captures": len(rows), "total_gib": round(sum(float(m.group(2)) for m in rows), 3), "by_capture": by,
+            "avail_after_gib": avail,
+            "basis": "sum of 'mem usage' of every 'Capture ... end' line in the server log (rank 0)"}
 
 
 # ------------------------------------------------------------------ the run
@@ -478,7 +485,10 @@ def close_level(doc: dict[str, Any], opts: ScanOptions, ls: LevelState) -> None:
         bdoc = bench.build_result(bopts, opts.model or "", ls.runs, ls.warm)
         doc.setdefault("_bench", {})[str(ls.level)] = bdoc
         doc["client"][str(ls.level)] = bench.level_summary(bdoc)
+    from .profile_log import control_summary
+
     doc["probe_mix"][str(ls.level)] = probe_mix(ls.records)
+    doc.setdefault("control", {})[str(ls.level)] = control_summary(ls.records)
     if ls.level not in doc["levels_done"]:
         doc["levels_done"].append(ls.level)
     if ls.stop_reason and ls.stop_reason != "covered":

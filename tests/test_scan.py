@@ -298,3 +298,31 @@ def test_profile_help_says_steady_and_boundary(capsys):
     h = capsys.readouterr().out
     assert "STEADY decode cycles" in h and "BOUNDARY cycle" in h and "step-count switch" in h
     assert "ladder" in h
+
+
+def test_dry_run_prints_the_one_start_and_starts_nothing(models, tmp_path, capsys):
+    """The preset's --max-running-requests is replaced by the one after `--`; the hold env is set,
+    candidates largest first; the start step is the largest candidate."""
+    out = tmp_path / "o"
+    argv = _argv(models, out, "--dry-run", "--", "--max-running-requests", "4", "--cuda-graph-max-bs-decode", "2")
+    rc = cli.main(argv)
+    c = capsys.readouterr()
+    assert rc == 0, c.err
+    assert "SGLANG_EAGLE3_HOLD=8" in c.out and "SGLANG_EAGLE3_HOLD_STEPS=3,2,1,0" in c.out
+    assert "--speculative-num-steps 3" in c.out and "--speculative-adaptive-config" in c.out
+    assert "ESTIMATED" in c.out and "B = 2 (from the launch args)" in c.out
+    assert "levels above it run eager" in c.err and "SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND" in c.err
+    assert not (out / "scan.json").exists() and not (out / "server.log").exists()
+
+
+def test_graph_memory_read_from_sglang_log_lines(tmp_path):
+    """The measured twin of the estimate: SGLang 0.5.16's own capture lines (format copied from
+    model_runner_components/cuda_graph_setup.py and speculative/eagle_worker_v2.py)."""
+    log = tmp_path / "server.log"
+    log.write_text("Load weight end. type=LlamaForCausalLM, mem usage=15.00 GB.\n"
+                   "Capture decode CUDA graph end. elapsed=3.21 s, mem usage=1.25 GB, avail mem=40.00 GB.\n"
+                   "Capture draft decode CUDA graph end. elapsed=1.00 s, mem usage=0.50 GB, avail mem=39.50 GB.\n"
+                   "Capture draft extend CUDA graph end. elapsed=1.00 s, mem usage=0.25 GB, avail mem=39.25 GB.\n")
+    m = scan.log_graph_memory(log)
+    assert m["captures"] == 3 and m["total_gib"] == 2.0 and m["avail_after_gib"] == 39.25
+    assert scan.log_graph_memory(tmp_path / "none.log") is None
