@@ -187,7 +187,7 @@ def _scan_ladders(data: Any, origin: str) -> list[dict[str, Any]]:
             "per_stream_tok_s": c["per_stream_tok_s"], "throughput_tok_s": c["throughput_tok_s"],
             "ttft_s": None, "accept_length": c["accept_len"]}}
             for c in sorted(scan.main_cells(data), key=lambda c: c["level"]) if c["steps"] == s]
-        name = scan.STEP0_LABEL if s == 0 else f"{s} steps"
+        name = scan.STEP0_LABEL if s == 0 else f"{s} step{'s' if s > 1 else ''}"
         out.append({"label": f"scan {name} (probes, steady)", "baseline": False, "levels": levels})
     base = data.get("baseline") or {}
     if base:

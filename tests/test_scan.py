@@ -326,3 +326,44 @@ def test_graph_memory_read_from_sglang_log_lines(tmp_path):
     m = scan.log_graph_memory(log)
     assert m["captures"] == 3 and m["total_gib"] == 2.0 and m["avail_after_gib"] == 39.25
     assert scan.log_graph_memory(tmp_path / "none.log") is None
+
+
+def test_time_limit_stops_a_level_and_says_so(models, tmp_path, capsys, on_path):
+    rc = cli.main(_argv(models, tmp_path / "o", "--time-limit", "0.01", "--min-cycles", "100000", conc="1"))
+    c = capsys.readouterr()
+    assert rc == 0, c.err
+    doc = scan.load(tmp_path / "o")
+    assert any("time limit" in n and "below 100000 steady cycles at batch size 1" in n for n in doc["notes"])
+    assert doc["interrupted"] is False and doc["cells"]
+
+
+def test_real_sigint_stops_the_server_and_keeps_results(models, tmp_path):
+    """A real Ctrl-C (SIGINT to the CLI process) after level 1 was written: exit 130, scan.json
+    interrupted with level 1 kept, the server's port free again (its group stopped)."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import time
+
+    out, port = tmp_path / "o", _free_port()
+    # level 1 stops at its 0.5 s time limit (scan.json written), level 4 would run for a minute
+    argv = _argv(models, out, "--min-cycles", "100000", "--time-limit", "0.5")
+    argv[argv.index("--port") + 1] = str(port)
+    env = dict(os.environ, PYTHONPATH=f"{STANDINS}:{Path(__file__).resolve().parents[1]}")
+    p = subprocess.Popen([sys.executable, "-m", "sglang_eagle3_ext", *argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (out / "scan.json").exists():
+            time.sleep(0.1)
+        assert (out / "scan.json").exists(), "level 1 never finished"
+        p.send_signal(signal.SIGINT)
+        so, se = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130, se
+    doc = scan.load(out)
+    assert doc["interrupted"] is True and 1 in {c["level"] for c in doc["cells"]}
+    with socket.socket() as s, pytest.raises(ConnectionRefusedError):
+        s.connect(("127.0.0.1", port))  # nothing of the server is left listening
