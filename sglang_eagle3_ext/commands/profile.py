@@ -88,8 +88,8 @@ def _table(summaries: list[dict[str, Any]], baseline_tps: float | None):
     row("source", lambda s: f"{s['kind']}, {s['windows']} window(s)" + (" [legacy, converted]" if s["legacy"] else ""))
     row("timing mode", lambda s: s["mode"])
     row("steps / topk / draft tokens",
-        lambda s: " / ".join("?" if s["spec"][k] is None else str(s["spec"][k])
-                             for k in ("steps", "topk", "draft_tokens")))
+        lambda s: "several (one key per figure below)" if len(_keys(s)) > 1 else
+        " / ".join("?" if s["spec"][k] is None else str(s["spec"][k]) for k in ("steps", "topk", "draft_tokens")))
     row("SGLang", lambda s: s["sglang_version"] or "?")
     row("cycles", lambda s: "?" if s["cycles"] is None else str(s["cycles"]))
     row("phases below are", _basis)
