@@ -82,8 +82,8 @@ class ScanOptions:
     model: str | None = None       # the request's model name (default: /v1/models)
 
     def check(self) -> None:
-        if self.block < 1 or self.min_cycles < 1 or self.max_tokens < 2:
-            raise UserError("--block and --min-cycles must be >= 1, --max-tokens >= 2", exit_code=2)
+        if self.block < 1 or self.min_cycles < 1 or self.max_tokens < 2 or self.warmup < 0:
+            raise UserError("--block and --min-cycles must be >= 1, --max-tokens >= 2, --warmup >= 0", exit_code=2)
         if not self.level_time_s > 0:
             raise UserError("--time-limit must be > 0 seconds", exit_code=2)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,9 @@ def _options(p: argparse.ArgumentParser) -> None:
                         "at a batch size; default 32)")
     g.add_argument("--min-cycles", type=int, default=256, metavar="N",
                    help="steady cycles each candidate needs at a level's batch size (default 256)")
+    g.add_argument("--warmup", type=int, default=1, metavar="N",
+                   help="bench runs per level before counting (discarded; their windows do not count). "
+                        "Give enough for the first level to visit every state once (default 1)")
     g.add_argument("--time-limit", type=float, default=600.0, metavar="S",
                    help="seconds per level at most, covered or not (default 600)")
     g.add_argument("--baseline", action="store_true",
@@ -128,6 +132,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
         prompts = load_prompts(args.prompts)
     opts = scan.ScanOptions(candidates=cands, levels=levels, block=args.block, min_cycles=args.min_cycles,
                             max_tokens=args.max_tokens, prompts=prompts or [], level_time_s=args.time_limit,
+                            warmup=args.warmup,
                             baseline=args.baseline, baseline_runs=args.baseline_runs, within_pct=args.within,
                             profile_every=args.profile_every)
     opts.check()
@@ -148,7 +153,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     if gmax is not None and gmax < max(levels):
         notes.append(f"CUDA graphs are captured up to batch size {gmax}: levels above it run eager (the cells "
                      f"say graph false); add `-- --cuda-graph-max-bs-decode {max(levels)}` to capture them")
-    if 0 in cands and "SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND" not in base.env:
+    if 0 in cands and "SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND" not in {**os.environ, **base.env}:
         notes.append("step 0 runs SGLang's draft extend too (set SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1 in the "
                      "preset's env to skip it; on the H200 that moved step 0 from 174.1 to 185.8 tok/s at 1 stream)")
     out_dir.mkdir(parents=True, exist_ok=True)
