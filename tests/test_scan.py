@@ -367,3 +367,11 @@ def test_real_sigint_stops_the_server_and_keeps_results(models, tmp_path):
     assert doc["interrupted"] is True and 1 in {c["level"] for c in doc["cells"]}
     with socket.socket() as s, pytest.raises(ConnectionRefusedError):
         s.connect(("127.0.0.1", port))  # nothing of the server is left listening
+
+
+def test_failed_start_shows_the_log_tail(models, tmp_path, capsys, on_path, monkeypatch):
+    monkeypatch.setenv("STANDIN_SCAN_CRASH", "1")
+    rc = cli.main(_argv(models, tmp_path / "o"))
+    e = capsys.readouterr().err
+    assert rc != 0 and "CUDA out of memory while capturing the graphs of state 4" in e, e
+    assert "before it was healthy" in e and not (tmp_path / "o" / "scan.json").exists()

@@ -234,10 +234,12 @@ def run(args: argparse.Namespace) -> int:
 
     old = signal.signal(signal.SIGTERM, on_term)
     try:
-        doc = scan.run_scan(opts, cfg, out_dir, version=b["env"].version, loader=b["loader"], factory=factory,
-                            baseline_cfg=b["plain"], log=lambda m: err.print(f"[scan] {m}", highlight=False,
-                                                                             markup=False),
-                            progress=_progress_printer())
+        doc = _run(scan, opts, cfg, out_dir, b, factory)
+    except server.ServerFailed as exc:
+        err.print(f"--- last {len(exc.log_tail)} lines of the server log ---", highlight=False, markup=False)
+        for line in exc.log_tail:
+            err.print(line, highlight=False, markup=False)
+        raise
     finally:
         signal.signal(signal.SIGTERM, old)
     if args.json:
@@ -249,6 +251,12 @@ def run(args: argparse.Namespace) -> int:
     out.print(f"wrote {out_dir / 'scan.json'}" + (f", {doc['client_file']}" if doc.get("client_file") else "")
               + (f", {doc['adaptive']['path']}" if doc.get("adaptive") else ""), highlight=False, markup=False)
     return 130 if doc["interrupted"] else 0
+
+
+def _run(scan: Any, opts: Any, cfg: Any, out_dir: Path, b: dict[str, Any], factory: Any) -> dict[str, Any]:
+    return scan.run_scan(opts, cfg, out_dir, version=b["env"].version, loader=b["loader"], factory=factory,
+                         baseline_cfg=b["plain"], log=lambda m: err.print(f"[scan] {m}", highlight=False, markup=False),
+                         progress=_progress_printer())
 
 
 # ------------------------------------------------------------------ what it prints (also `compare`)

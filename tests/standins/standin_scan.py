@@ -16,7 +16,7 @@ EAGLE3_PROFILE_EVERY cycles one eagle3_prof/3 record is built by the probes' own
 as the profiler holds them (phase ms, join bits, accept counts, the configuration tag). Phase times are the
 cost model's (as GPU timers would report), split draft 0.4 s / verify / extend 0.2 / other 0.3.
 The streams are OpenAI-compatible (usage, sglext spec_verify_ct), like tests/standin_openai.py.
-STANDIN_SCAN_SLOW=X multiplies every cycle (tests of the time limit).
+STANDIN_SCAN_SLOW=X multiplies every cycle; STANDIN_SCAN_CRASH=1 fails the start.
 """
 
 from __future__ import annotations
@@ -265,6 +265,9 @@ def main() -> int:
     global ENGINE
     host, port = arg("--host", "127.0.0.1"), int(arg("--port", "30000") or 30000)
     print(f"[standin-scan] argv: {' '.join(sys.argv[1:])}", flush=True)
+    if os.environ.get("STANDIN_SCAN_CRASH"):  # a failed start (an OOM while capturing the states' graphs)
+        print("torch.OutOfMemoryError: CUDA out of memory while capturing the graphs of state 4", flush=True)
+        return 1
     ENGINE = Engine()
     for s in ENGINE.cands if ENGINE.spec else []:
         print(f"Capture cuda graph end. Time elapsed: 0.01 s. mem usage={0.1 * (s + 1):.2f} GB. "
