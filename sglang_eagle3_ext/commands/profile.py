@@ -114,7 +114,8 @@ def _table(summaries: list[dict[str, Any]], baseline_tps: float | None):
             else f"{s['probe_read_us_per_cycle']:.1f} us/cycle")
     if baseline_tps is not None:
         def per_key(fn):
-            return lambda s: "per key (table below)" if _keys(s) and len(_keys(s)) > 1 else fn(s)
+            return lambda s: ("per key (table below)" if len(_keys(s)) > 1 else
+                              "per batch size (table below)" if _mix(s) else fn(s))
         row(f"Break-even accept len @ {baseline_tps:g} tok/s", per_key(lambda s: _fmt(s.get("break_even_accept_len"))))
         row("Margin (accept len)", per_key(lambda s: _fmt(s.get("margin_accept_len"), "+.2f")))
         row("vs baseline", per_key(lambda s: "n/a" if s.get("vs_baseline_pct") is None
@@ -169,6 +170,15 @@ def _key_summaries(s: dict[str, Any]) -> list[dict[str, Any]]:
     """Per-key summaries for break-even / --predict: per batch size, the topk-1 key with the most
     steps (its per-position rates reach every shorter chain); the file itself when it is one key."""
     keys = _keys(s)
+    bb = s.get("by_batch") or {}
+    if not keys and len(bb) > 1 and s.get("per_position"):
+        # older records (/2) of a ladder: the phases of each batch size's own steady cycles; the
+        # per-position acceptance is the file's (it does not split by batch size), said in the title
+        return [{"file": s["file"], "key": f"batch {k}", "basis": "steady", "phases": v["phases"],
+                 "per_position": s["per_position"], "accept_len": v.get("accept_len"),
+                 "eff_tok_s": v.get("per_stream_tok_s"), "spec": s.get("spec") or {},
+                 "note": "per-position acceptance over every batch size of the file"}
+                for k, v in bb.items() if v.get("phases")]
     if len(keys) < 2:
         return [dict(s, key=next(iter(keys), None))]
     best: dict[Any, tuple[str, dict[str, Any]]] = {}
@@ -191,7 +201,8 @@ def _basis(s: dict[str, Any]) -> str:
         keys = _keys(s)
         mix = _mix(s)
         one = f" of one key {next(iter(keys))}" if len(keys) == 1 else ""
-        return f"{st['cycles']} steady cycles{one}" + (f"; {mix}: one key per figure below" if mix else "")
+        per = "one key per figure below" if len(keys) > 1 else "figures per batch size below"
+        return f"{st['cycles']} steady cycles{one}" + (f"; {mix}: {per}" if mix else "")
     return "all cycles (no steady split)" if st is None else "all cycles (no steady cycle)"
 
 
@@ -239,18 +250,27 @@ def _boundary_table(summaries: list[dict[str, Any]]):
     return t
 
 
-def _batch_table(summaries: list[dict[str, Any]]):
+def _batch_table(summaries: list[dict[str, Any]], baseline_tps: float | None = None):
     from rich.table import Table
 
-    t = Table(title="Steady cycles by batch size")
-    for c in ("file", "batch", "cycles", "accept len", "cycle ms (p50)", "tok/s per stream", "tok/s total"):
+    t = Table(title="Steady cycles by batch size (every step count that ran there together)")
+    cols = ["file", "batch", "cycles", "accept len", "cycle ms (p50)", "tok/s per stream", "tok/s total"]
+    if baseline_tps is not None:
+        cols += [f"break-even @ {baseline_tps:g}", "margin", "vs baseline"]
+    for c in cols:
         t.add_column(c, justify="left" if c == "file" else "right")
     for s in summaries:
         for bs, v in (s.get("by_batch") or {}).items():
             cyc = (v.get("phases") or {}).get("cycle") or {}
-            t.add_row(Path(s["file"]).name, bs, str(v["cycles"]), _fmt(v.get("accept_len"), ".3f"),
-                      f"{_fmt(cyc.get('mean_ms'))} ({_fmt(cyc.get('p50_ms'))})",
-                      _fmt(v.get("per_stream_tok_s"), ".1f"), _fmt(v.get("throughput_tok_s"), ".1f"))
+            cells = [Path(s["file"]).name, bs, str(v["cycles"]), _fmt(v.get("accept_len"), ".3f"),
+                     f"{_fmt(cyc.get('mean_ms'))} ({_fmt(cyc.get('p50_ms'))})",
+                     _fmt(v.get("per_stream_tok_s"), ".1f"), _fmt(v.get("throughput_tok_s"), ".1f")]
+            if baseline_tps is not None:
+                be = analysis.break_even_accept_len(cyc["mean_ms"], baseline_tps) if cyc.get("mean_ms") else None
+                al, ps = v.get("accept_len"), v.get("per_stream_tok_s")
+                cells += [_fmt(be), _fmt(al - be, "+.2f") if (al is not None and be is not None) else "n/a",
+                          f"{(ps / baseline_tps - 1) * 100:+.1f}%" if ps else "n/a"]
+            t.add_row(*cells)
     return t if t.row_count else None
 
 
@@ -348,7 +368,7 @@ def _rank_table(base: str, spread: dict[str, Any]):
 def _predict_table(s: dict[str, Any], preds: list[analysis.Prediction]):
     from rich.table import Table
 
-    which = f"key {s['key']}" if s.get("key") else (_mix(s) or "the file")
+    which = (f"key {s['key']}" if s.get("key") else (_mix(s) or "the file")) + (f"; {s['note']}" if s.get("note") else "")
     t = Table(title=f"Prediction from {s['file']}, {which} ({s['basis']} cycles; topk 1 chain; accept len incl. "
                     f"bonus; verify+extend+other held flat, draft ms per step x steps)")
     for c in ("steps", "draft tok", "accept len", "cycle ms", "tok/s", "vs base", "row"):
@@ -413,7 +433,7 @@ def run(args: argparse.Namespace) -> int:
                 except UserError as exc:
                     where = f"{s['file']}" + (f" key {ks['key']}" if ks.get("key") else "")
                     raise UserError(f"{where}: {exc}", exit_code=exc.exit_code) from None
-                name = s["file"] + (f" [{ks['key']}]" if ks.get("key") and len(_keys(s)) > 1 else "")
+                name = s["file"] + (f" [{ks['key']}]" if ks.get("key") and _mix(s) else "")
                 predictions[name] = {"rows": preds, "recommendation": analysis.recommend(preds), "summary": ks,
                                      "key": ks.get("key")}
     agree: dict[str, Any] = {}
@@ -442,7 +462,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     out.print(_table(summaries, args.baseline_tps))
-    for extra in (_boundary_table(summaries), _batch_table(summaries), _choices_table(summaries),
+    for extra in (_boundary_table(summaries), _batch_table(summaries, args.baseline_tps), _choices_table(summaries),
                   _key_table(summaries, args.baseline_tps)):
         if extra is not None:
             out.print(extra)
