@@ -375,3 +375,15 @@ def test_failed_start_shows_the_log_tail(models, tmp_path, capsys, on_path, monk
     e = capsys.readouterr().err
     assert rc != 0 and "CUDA out of memory while capturing the graphs of state 4" in e, e
     assert "before it was healthy" in e and not (tmp_path / "o" / "scan.json").exists()
+
+
+def test_a_state_without_accept_counts_stops_the_level_early(models, tmp_path, capsys, on_path, monkeypatch):
+    """If the probes never key a candidate's cycles (no accept counts reach them), the level stops
+    once the others have twice --min-cycles, instead of running to the time limit, and says so."""
+    monkeypatch.setenv("STANDIN_SCAN_NO_ACCEPT", "0")
+    rc = cli.main(_argv(models, tmp_path / "o", "--time-limit", "60", conc="1"))
+    assert rc == 0, capsys.readouterr().err
+    doc = scan.load(tmp_path / "o")
+    assert any("steps [0]: no steady cycle with accept counts at batch size 1" in n for n in doc["notes"])
+    assert {c["steps"] for c in scan.main_cells(doc)} == {1, 2, 3}
+    assert doc["wall_s"] < 30

@@ -54,8 +54,8 @@ def _options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--warmup", type=int, default=1, metavar="N",
                    help="bench runs per level before counting (discarded; their windows do not count). "
                         "Give enough for the first level to visit every state once (default 1)")
-    g.add_argument("--time-limit", type=float, default=600.0, metavar="S",
-                   help="seconds per level at most, covered or not (default 600)")
+    g.add_argument("--time-limit", type=float, default=300.0, metavar="S",
+                   help="seconds per level at most, covered or not (default 300)")
     g.add_argument("--baseline", action="store_true",
                    help="also start a plain no-spec server after the scan and bench every level (the true "
                         "baseline; step 0 is not plain decoding)")

@@ -16,7 +16,8 @@ EAGLE3_PROFILE_EVERY cycles one eagle3_prof/3 record is built by the probes' own
 as the profiler holds them (phase ms, join bits, accept counts, the configuration tag). Phase times are the
 cost model's (as GPU timers would report), split draft 0.4 s / verify / extend 0.2 / other 0.3.
 The streams are OpenAI-compatible (usage, sglext spec_verify_ct), like tests/standin_openai.py.
-STANDIN_SCAN_SLOW=X multiplies every cycle; STANDIN_SCAN_CRASH=1 fails the start.
+STANDIN_SCAN_SLOW=X multiplies every cycle; STANDIN_SCAN_CRASH=1 fails the start;
+STANDIN_SCAN_NO_ACCEPT=0,.. : those step counts report no accept counts (their cycles never key).
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ class Engine:
         self.out = os.environ.get("EAGLE3_PROFILE_OUT") if os.environ.get("EAGLE3_PROFILE") == "1" else None
         self.every = int(os.environ.get("EAGLE3_PROFILE_EVERY") or 100)
         self.slow = float(os.environ.get("STANDIN_SCAN_SLOW") or 1.0)
+        self.no_accept = set((os.environ.get("STANDIN_SCAN_NO_ACCEPT") or "").split(",")) - {""}
         self.lock = threading.Condition()
         self.active: list[Req] = []
         self.bs_cycles: dict[int, int] = {}
@@ -156,9 +158,11 @@ class Engine:
     def account(self, steps: int, bs: int, block: int, ms: float, joined: bool, accs: list[int]) -> None:
         """One decode cycle, as the probes hold it (phases, why bits, counts, the configuration tag)."""
         draft, extend, other = 0.4 * steps, (0.2 if steps else 0.0), 0.3
+        req = 0 if str(steps) in self.no_accept else bs  # a state whose verify reports no counts
         self.w.append({"draft": draft, "verify": ms - draft - extend - other, "extend": extend, "other": other,
-                       "cycle": ms, "why": window.JOIN if joined else 0, "nreq": bs, "nacc": sum(accs),
-                       "tag": (steps, 1, steps + 1, bs, True, block, bs, sum(accs), list(accs))})
+                       "cycle": ms, "why": window.JOIN if joined else 0, "nreq": req, "nacc": sum(accs) if req else 0,
+                       "tag": (steps, 1, steps + 1, bs, True, block, req, sum(accs) if req else 0,
+                               list(accs) if req else [])})
         for a in accs:
             self.hist[a] = self.hist.get(a, 0) + 1
         if len(self.w) >= self.every:
