@@ -146,6 +146,10 @@ def merge_keys(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def merged_cycles(records: list[dict[str, Any]]) -> int:
+    return sum(v["cycles"] for v in merge_keys(records).values())
+
+
 def coverage(merged: dict[str, dict[str, Any]], bs: int) -> dict[int, int]:
     """Steady cycles per step count at batch size ``bs``."""
     cov: dict[int, int] = {}
@@ -463,6 +467,11 @@ def drive_level(srv_url: str, opts: ScanOptions, ls: LevelState, tail: RecordTai
                   "min_cycles": opts.min_cycles, "candidates": opts.candidates})
         if done:
             ls.stop_reason = "covered"
+            return model
+        if len(ls.runs) >= 3 and not cov and merged_cycles(ls.records):
+            seen = sorted({v["bs"] for v in merge_keys(ls.records).values()})
+            ls.stop_reason = (f"no steady cycle at batch size {ls.level} in {len(ls.runs)} runs (seen: {seen}); "
+                              f"is --max-running-requests below {ls.level}?")
             return model
         absent = [s for s in opts.candidates if not cov.get(s)]
         if absent and all(cov.get(s, 0) >= 2 * opts.min_cycles for s in opts.candidates if s not in absent):
