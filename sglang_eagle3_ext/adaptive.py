@@ -141,10 +141,17 @@ def table_from_sweep(doc: dict[str, Any], predicted: bool = False
 
 def load_measurements(path: str | Path, predicted: bool = False
                       ) -> tuple[Table, dict[tuple[int, int], str], str]:
-    """--from: a sweep folder or its results.json."""
+    """--from: a sweep folder or its results.json, or a scan folder or its scan.json."""
+    from . import scan
     from .bench import read_json
 
     p = Path(path)
+    if scan.is_scan(p):
+        doc = scan.load(p)
+        table = scan.table(doc)
+        if not table:
+            raise UserError(f"--from {path}: the scan has no measured cell at its levels' batch sizes", 2)
+        return table, {(bs, s): "measured" for bs, row in table.items() for s in row}, str(p)
     f = p / "results.json" if p.is_dir() else p
     if not f.exists():
         raise UserError(f"--from {path}: no such file (a sweep folder or its results.json)", 2)

@@ -172,20 +172,54 @@ def _sweep_ladders(data: Any) -> list[dict[str, Any]]:
             and isinstance(c.get("ladder"), dict) and isinstance(c["ladder"].get("levels"), list)]
 
 
+def _scan_ladders(data: Any, origin: str) -> list[dict[str, Any]]:
+    """A scan result as one ladder per step count (probe figures: steady cycles of each key at the
+    level's batch size), plus the plain server's when the scan benched one (the baseline then)."""
+    if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("eagle3_scan/"):
+        return []
+    from . import scan
+    from .records import ScanResult
+
+    ScanResult.from_json(data, origin)
+    out = []
+    for s in sorted({c["steps"] for c in scan.main_cells(data)}):
+        levels = [{"concurrency": c["level"], "summary": {
+            "per_stream_tok_s": c["per_stream_tok_s"], "throughput_tok_s": c["throughput_tok_s"],
+            "ttft_s": None, "accept_length": c["accept_len"]}}
+            for c in sorted(scan.main_cells(data), key=lambda c: c["level"]) if c["steps"] == s]
+        name = scan.STEP0_LABEL if s == 0 else f"{s} step{'s' if s > 1 else ''}"
+        out.append({"label": f"scan {name} (probes, steady)", "baseline": False, "levels": levels})
+    base = data.get("baseline") or {}
+    if base:
+        out.insert(0, {"label": "plain server (client)", "baseline": True, "levels": [
+            {"concurrency": int(k), "summary": {"per_stream_tok_s": v.get("per_stream_tok_s"),
+                                                "throughput_tok_s": v.get("throughput_tok_s"),
+                                                "ttft_s": None, "accept_length": None}}
+            for k, v in sorted(base.items(), key=lambda kv: int(kv[0]))]})
+    return out
+
+
+def _scan_path(p: str) -> str:
+    q = Path(p)
+    return str(q / "scan.json") if q.is_dir() and (q / "scan.json").is_file() else p
+
+
 def is_ladder_set(paths: list[str]) -> bool:
-    """True when the first file is a ladder, or a sweep with ladders (then every file must be)."""
-    data = _read(paths[0])
-    return isinstance(data, dict) and (data.get("schema") == LADDER_SCHEMA or bool(_sweep_ladders(data)))
+    """True when the first file is a ladder, a sweep with ladders or a scan result (then every
+    file must be one of those)."""
+    data = _read(_scan_path(paths[0]))
+    return isinstance(data, dict) and (data.get("schema") == LADDER_SCHEMA or bool(_sweep_ladders(data))
+                                       or str(data.get("schema", "")).startswith("eagle3_scan/"))
 
 
 def load_ladders(paths: list[str]) -> list[dict[str, Any]]:
-    """Ladder documents from ladder files and from steps x concurrency sweeps' results.json."""
+    """Ladder documents from ladder files, steps x concurrency sweeps' results.json and scans."""
     from .bench import load_ladder
 
     docs: list[dict[str, Any]] = []
-    for p in paths:
-        from_sweep = _sweep_ladders(_read(p))
-        docs += from_sweep or [load_ladder(p)]
+    for p in map(_scan_path, paths):
+        data = _read(p)
+        docs += _sweep_ladders(data) or _scan_ladders(data, p) or [load_ladder(p)]
     return docs
 
 

@@ -659,8 +659,10 @@ def summarize(run: ProfileRun, *, all_windows: bool = False) -> dict[str, Any]:
 def read_client(path: str | Path) -> dict[str, Any]:
     """The client's decode rate and accept length from a result file of the same run:
     our ``bench`` document (``eagle3_bench/1``: per-request decode tok/s, accept length from the
-    server's counters) or SGLang ``bench_serving`` output (a JSON object or JSONL of them, the
+    server's counters), a ladder of them (``eagle3_ladder/1``: ``levels``, one such client per
+    concurrency) or SGLang ``bench_serving`` output (a JSON object or JSONL of them, the
     last line counts: decode tok/s = 1000 / median TPOT, the TPOT excluding the first token)."""
+    from .bench import LADDER_SCHEMA
     from .bench import SCHEMA as BENCH_SCHEMA
 
     p = Path(path)
@@ -680,12 +682,16 @@ def read_client(path: str | Path) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise UserError(f"{path}: not a bench result or a bench_serving JSON(L) result", exit_code=2)
     if doc.get("schema") == BENCH_SCHEMA:
-        s = doc.get("summary") or {}
-        dec = (s.get("decode_tok_s") or {})
-        return {"file": str(path), "kind": "sgl-eagle3 bench", "decode_tok_s": dec.get("avg"),
-                "decode_def": "per-request decode tok/s (first token excluded), mean over runs",
-                "accept_len": s.get("accept_length"),
-                "concurrency": (doc.get("params") or {}).get("concurrency"), "span": _bench_span(doc)}
+        return _bench_client(doc, path)
+    if doc.get("schema") == LADDER_SCHEMA:
+        # a concurrency ladder (bench --concurrency 1,8,32, or a scan's ladder.json): one client
+        # per level, each compared with the windows written while that level ran
+        levels = [_bench_client(lv["bench"], path) for lv in doc.get("levels") or []
+                  if isinstance(lv, dict) and isinstance(lv.get("bench"), dict)]
+        if not levels:
+            raise UserError(f"{path}: a ladder without level bench documents", exit_code=2)
+        return {"file": str(path), "kind": "sgl-eagle3 bench ladder", "levels": levels,
+                "decode_def": levels[0]["decode_def"]}
     tpot = doc.get("median_tpot_ms")
     if tpot is None and doc.get("mean_tpot_ms") is None:
         raise UserError(f"{path}: not a bench result (schema {BENCH_SCHEMA!r}) and no median_tpot_ms / "
@@ -700,6 +706,15 @@ def read_client(path: str | Path) -> dict[str, Any]:
             "decode_def": f"1000 / {which} ({tpot:.3f} ms)" if tpot else which,
             "accept_len": al or None,
             "concurrency": doc.get("max_concurrency") or doc.get("concurrency")}
+
+
+def _bench_client(doc: dict[str, Any], path: str | Path) -> dict[str, Any]:
+    s = doc.get("summary") or {}
+    dec = (s.get("decode_tok_s") or {})
+    return {"file": str(path), "kind": "sgl-eagle3 bench", "decode_tok_s": dec.get("avg"),
+            "decode_def": "per-request decode tok/s (first token excluded), mean over runs",
+            "accept_len": s.get("accept_length"),
+            "concurrency": (doc.get("params") or {}).get("concurrency"), "span": _bench_span(doc)}
 
 
 def _bench_span(doc: dict[str, Any]) -> tuple[float, float] | None:

@@ -73,7 +73,7 @@ class ScanOptions:
     max_tokens: int = 512
     prompts: list[Any] = dataclasses.field(default_factory=list)
     warmup: int = 1                # bench runs per level before counting (discarded)
-    level_time_s: float = 600.0    # per level: stop driving it after this long
+    level_time_s: float = 300.0    # per level: stop driving it after this long
     baseline: bool = False
     baseline_runs: int = 3
     within_pct: float = 5.0
@@ -82,8 +82,8 @@ class ScanOptions:
     model: str | None = None       # the request's model name (default: /v1/models)
 
     def check(self) -> None:
-        if self.block < 1 or self.min_cycles < 1 or self.max_tokens < 2:
-            raise UserError("--block and --min-cycles must be >= 1, --max-tokens >= 2", exit_code=2)
+        if self.block < 1 or self.min_cycles < 1 or self.max_tokens < 2 or self.warmup < 0:
+            raise UserError("--block and --min-cycles must be >= 1, --max-tokens >= 2, --warmup >= 0", exit_code=2)
         if not self.level_time_s > 0:
             raise UserError("--time-limit must be > 0 seconds", exit_code=2)
 
@@ -144,6 +144,10 @@ def merge_keys(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             if v.get(f) is None:
                 v[f] = x
     return out
+
+
+def merged_cycles(records: list[dict[str, Any]]) -> int:
+    return sum(v["cycles"] for v in merge_keys(records).values())
 
 
 def coverage(merged: dict[str, dict[str, Any]], bs: int) -> dict[int, int]:
@@ -352,23 +356,30 @@ def estimate_memory(model: str | None, draft: str | None, candidates: list[int],
                                                "-- --cuda-graph-max-bs-decode N to fix it)" if assumed_b else
                                                " (from the launch args)")
                       + ", from hidden/intermediate/vocab sizes of the configs; no pool sharing between states "
-                        "(upper estimate); the server log's 'Capture cuda graph end ... mem usage' lines are "
-                        "the measured twin")}
+                        "(upper estimate); the server log's 'Capture ... end ... mem usage' lines are "
+                        "the measured twin, printed after the start")}
 
 
 def log_graph_memory(log_path: str | Path | None) -> dict[str, Any] | None:
-    """The measured twin: SGLang's own 'Capture cuda graph end. ... mem usage=X GB' lines."""
+    """The measured twin: SGLang's own 'Capture <what> CUDA graph end. elapsed=..., mem usage=X GB,
+    avail mem=Y GB.' lines (0.5.16 model_runner_components/cuda_graph_setup.py, eagle_worker_v2.py
+    draft decode / draft extend), summed over every capture of every state."""
     import re
 
     if not log_path or not Path(log_path).is_file():
         return None
-    pat = re.compile(r"Capture (?:draft |draft extend |)cuda graph end\..*?mem usage=([\d.]+) GB")
-    vals = [float(m.group(1)) for line in Path(log_path).read_text(errors="replace").splitlines()
-            if (m := pat.search(line))]
-    if not vals:
+    pat = re.compile(r"Capture ([\w -]+?) end\..*?mem usage=([\d.]+) GB(?:, avail mem=([\d.]+) GB)?",
+                     re.IGNORECASE)
+    rows = [m for line in Path(log_path).read_text(errors="replace").splitlines() if (m := pat.search(line))]
+    if not rows:
         return None
-    return {"captures": len(vals), "total_gib": round(sum(vals), 3),
-            "basis": "sum of 'mem usage' of every 'Capture ... cuda graph end' line in the server log"}
+    by: dict[str, float] = {}
+    for m in rows:
+        by[m.group(1)] = round(by.get(m.group(1), 0.0) + float(m.group(2)), 3)
+    avail = next((float(m.group(3)) for m in reversed(rows) if m.group(3)), None)
+    return {"captures": len(rows), "total_gib": round(sum(float(m.group(2)) for m in rows), 3), "by_capture": by,
+            "avail_after_gib": avail,
+            "basis": "sum of 'mem usage' of every 'Capture ... end' line in the server log (rank 0)"}
 
 
 # ------------------------------------------------------------------ the run
@@ -457,6 +468,18 @@ def drive_level(srv_url: str, opts: ScanOptions, ls: LevelState, tail: RecordTai
         if done:
             ls.stop_reason = "covered"
             return model
+        if len(ls.runs) >= 3 and not cov and merged_cycles(ls.records):
+            seen = sorted({v["bs"] for v in merge_keys(ls.records).values()})
+            ls.stop_reason = (f"no steady cycle at batch size {ls.level} in {len(ls.runs)} runs (seen: {seen}); "
+                              f"is --max-running-requests below {ls.level}?")
+            return model
+        absent = [s for s in opts.candidates if not cov.get(s)]
+        if absent and all(cov.get(s, 0) >= 2 * opts.min_cycles for s in opts.candidates if s not in absent):
+            # the schedule visited them (it rotates every block), but the probes matched no accept
+            # counts to their cycles: waiting longer would not help
+            ls.stop_reason = (f"steps {absent}: no steady cycle with accept counts at batch size {ls.level} while "
+                              f"the others reached {2 * opts.min_cycles} (see the probe file's control.choices)")
+            return model
         if elapsed > opts.level_time_s:
             short = [s for s in opts.candidates if cov.get(s, 0) < opts.min_cycles]
             ls.stop_reason = (f"time limit {opts.level_time_s:.0f} s: steps {short} below {opts.min_cycles} "
@@ -478,7 +501,10 @@ def close_level(doc: dict[str, Any], opts: ScanOptions, ls: LevelState) -> None:
         bdoc = bench.build_result(bopts, opts.model or "", ls.runs, ls.warm)
         doc.setdefault("_bench", {})[str(ls.level)] = bdoc
         doc["client"][str(ls.level)] = bench.level_summary(bdoc)
+    from .profile_log import control_summary
+
     doc["probe_mix"][str(ls.level)] = probe_mix(ls.records)
+    doc.setdefault("control", {})[str(ls.level)] = control_summary(ls.records)
     if ls.level not in doc["levels_done"]:
         doc["levels_done"].append(ls.level)
     if ls.stop_reason and ls.stop_reason != "covered":
@@ -579,6 +605,28 @@ def run_scan(opts: ScanOptions, cfg: Any, out_dir: Path, *, version: str, loader
         doc["client_file"] = str(out_dir / "ladder.json")
     doc.pop("_bench", None)
     return finish(doc, out_dir, loader, opts.within_pct)
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    """The per-key cells at each level's batch size as one Markdown table (table.md)."""
+    base = doc.get("baseline") or {}
+    head = ("batch size", "steps", "cycles / blocks", "cycle ms", "accept len", "accept by position",
+            "tok/s per stream [95% over blocks]", "tok/s total", "vs plain")
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join([":-:"] * len(head)) + "|"]
+    for c in sorted(main_cells(doc), key=lambda c: (c["bs"], c["steps"])):
+        iv = (c.get("interval") or {}).get("per_stream_tok_s")
+        ref = (base.get(str(c["bs"])) or {}).get("per_stream_tok_s")
+        vs = f"{(c['per_stream_tok_s'] / ref - 1) * 100:+.1f}%" if (ref and c["per_stream_tok_s"]) else "-"
+        lines.append("| " + " | ".join([
+            str(c["bs"]), STEP0_LABEL if c["steps"] == 0 else str(c["steps"]), f"{c['cycles']} / {c['blocks']}",
+            f"{c['cycle_ms']:.2f}" if c["cycle_ms"] else "-", f"{c['accept_len']:.2f}" if c["accept_len"] else "-",
+            " ".join("-" if r is None else f"{r:.2f}" for r in c["per_position"]) or "-",
+            (f"{c['per_stream_tok_s']:.1f}" if c["per_stream_tok_s"] else "-") + (f" [{iv[0]:.1f}, {iv[1]:.1f}]" if iv else ""),
+            f"{c['throughput_tok_s']:.1f}" if c["throughput_tok_s"] else "-", vs]) + " |")
+    for k, v in sorted(base.items(), key=lambda kv: int(kv[0])):
+        lines.append(f"| {k} | {PLAIN_LABEL} | client | - | - | - | {v['per_stream_tok_s']:.1f} | "
+                     f"{v['throughput_tok_s']:.1f} | — |")
+    return "\n".join(lines)
 
 
 # ------------------------------------------------------------------ reading a result

@@ -259,3 +259,25 @@ def test_sglang_0_5_23_own_checks_accept_what_launch_builds(models):
     assert ok["ok"], ok
     assert ok["resolved"]["speculative_num_steps"] == 7 and ok["resolved"]["speculative_num_draft_tokens"] == 8
     assert not refused["ok"] and "not in the adaptive config candidate_steps" in refused["message"]
+
+
+@pytest.mark.parametrize("version", releases.PINNED)
+def test_hold_support_per_release(version):
+    """adaptive_format.hold_support on the real trees: 0.5.13+ hold (step 0 from 0.5.16, asked of
+    the release's own loader); 0.5.12.post1 and older refuse with the reason and point at sweep."""
+    from sglang_eagle3_ext import adaptive_format
+    from sglang_eagle3_ext.sglang_env import locate, parse_version
+
+    env = locate(str(releases.fetch(version)))
+    v = parse_version(version)
+    if v < (0, 5, 13):
+        with pytest.raises(UserError) as e:
+            adaptive_format.hold_support(env)
+        assert e.value.exit_code == 2 and "sweep" in str(e.value)
+        return
+    loader, note = adaptive_format.hold_support(env)
+    assert loader.format == "tiers"
+    assert loader.allows_zero is (v >= (0, 5, 16)) and (note is None) is (v >= (0, 5, 16))
+    one = adaptive_format.one_tier([3, 1, 2] + ([0] if loader.allows_zero else []))
+    assert adaptive_format.launch_steps({int(k): t["candidate_steps"] for k, t in one.items()}) == 3
+    assert adaptive_format.start_below_largest_crashes(v) is (v[:3] == (0, 5, 16))

@@ -58,11 +58,38 @@ def on_path(monkeypatch):
     monkeypatch.setattr(console.out, "width", 250)  # the tables unwrapped
 
 
-def test_scan_end_to_end_one_start(models, tmp_path, capsys, on_path):
-    out = tmp_path / "scan"
-    rc = cli.main(_argv(models, out, "--baseline", "--baseline-runs", "1"))
-    text = capsys.readouterr()
-    assert rc == 0, text.out + text.err
+@pytest.fixture(scope="module")
+def scanned(tmp_path_factory):
+    """One stand-in scan (with --baseline) shared by the end-to-end and the reader tests."""
+    import contextlib
+    import io
+    import os
+
+    from sglang_eagle3_ext import console
+
+    root = tmp_path_factory.mktemp("scan")
+    models = (str(write_model(root / "target", "LlamaForCausalLM")),
+              str(write_model(root / "draft", "LlamaForCausalLMEagle3", num_hidden_layers=1, draft_vocab_size=512)))
+    out, so, se = root / "scan", io.StringIO(), io.StringIO()
+    old_pp, old_w = os.environ.get("PYTHONPATH"), console.out.width
+    os.environ["PYTHONPATH"] = f"{STANDINS}:{Path(__file__).resolve().parents[1]}"
+    console.out.width = 250
+    try:
+        with contextlib.redirect_stdout(so), contextlib.redirect_stderr(se):
+            rc = cli.main(_argv(models, out, "--baseline", "--baseline-runs", "1"))
+    finally:
+        console.out.width = old_w
+        if old_pp is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old_pp
+    return {"rc": rc, "out": out, "stdout": so.getvalue(), "stderr": se.getvalue()}
+
+
+def test_scan_end_to_end_one_start(scanned):
+    out = scanned["out"]
+    assert scanned["rc"] == 0, scanned["stdout"] + scanned["stderr"]
+    text_out = scanned["stdout"]
     doc = scan.load(out)
     assert doc["schema"] == "eagle3_scan/1" and doc["interrupted"] is False
     assert doc["candidates"] == [0, 1, 2, 3] and doc["levels"] == [1, 4]
@@ -92,9 +119,71 @@ def test_scan_end_to_end_one_start(models, tmp_path, capsys, on_path):
     assert ad["reasons"]["1"].startswith(f"best {doc['best']['1']['steps']} steps")
     assert doc["client"]["1"]["per_stream_tok_s"] > 0 and doc["probe_mix"]["1"]["cycles"] > 0
     assert (out / "ladder.json").is_file()
-    assert "step 0 (SGLang, not plain decoding)" in text.out
-    assert "ESTIMATED" in text.out and "outside twin" in text.out
-    assert "Adaptive config from these measurements" in text.out
+    assert "step 0 (SGLang, not plain decoding)" in text_out
+    assert "ESTIMATED" in text_out and "outside twin" in text_out
+    assert "Adaptive config from these measurements" in text_out
+
+
+def test_compare_reads_a_scan(scanned, capsys):
+    assert cli.main(["compare", str(scanned["out"]), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    labels = {r["config"] for r in rows}
+    assert "plain server (client)" in labels and "scan step 0 (SGLang, not plain decoding) (probes, steady)" in labels
+    doc = scan.load(scanned["out"])
+    r2 = next(r for r in rows if r["concurrency"] == 4 and r["config"] == "scan 2 steps (probes, steady)")
+    c2 = next(c for c in scan.main_cells(doc) if c["steps"] == 2 and c["bs"] == 4)
+    assert r2["per_stream_tok_s"] == c2["per_stream_tok_s"]
+    assert r2["per_stream_vs_baseline_pct"] == pytest.approx(
+        (c2["per_stream_tok_s"] / doc["baseline"]["4"]["per_stream_tok_s"] - 1) * 100)
+
+
+def test_adaptive_write_from_a_scan(scanned, tmp_path, capsys):
+    dest = tmp_path / "a.json"
+    rc = cli.main(["adaptive", "write", "--from", str(scanned["out"] / "scan.json"), "--out", str(dest),
+                   "--sglang-root", str(releases.fetch("0.5.16")), "--json"])
+    got = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    doc = scan.load(scanned["out"])
+    assert got["read_back"] == doc["adaptive"]["tiers"]  # the same chooser/writer as the scan's own
+
+
+def test_sweep_report_reads_a_scan(scanned, tmp_path, capsys):
+    rc = cli.main(["sweep", "--report", str(scanned["out"]), "--out", str(tmp_path / "r")])
+    text = capsys.readouterr().out
+    assert rc == 0 and "Best static configuration" in text
+    assert (tmp_path / "r" / "table.md").read_text().count("| 4 |") >= 4
+    assert cli.main(["sweep", "--report", str(scanned["out"]), "--out", str(scanned["out"])]) == 2
+
+
+def test_tables_from_recorded_sequences():
+    """Recorded /3 windows: a hold block split over two windows merges; drain cells stay out."""
+    def key(s, b, cycles, ms, tok, parts):
+        req = cycles * b
+        return {"steps": s, "topk": 1, "draft_tokens": s + 1, "bs": b, "graph": True, "cycles": cycles,
+                "requests": req, "accepted_drafts": tok - req, "tokens": tok, "accept_hist": {},
+                "phases": {p: {"mean_ms": v, "p50_ms": v, "p90_ms": v} for p, v in
+                           (("draft", 0.5 * s), ("verify", ms - 0.5 * s - 0.3), ("extend", 0.0),
+                            ("other", 0.3), ("cycle", ms))},
+                "parts": parts}
+    w1 = {"by_key": {"s1.k1.d2.b2.g": key(1, 2, 10, 4.0, 36, [[0, 10, 40.0, 36, 20]]),
+                     "s2.k1.d3.b2.g": key(2, 2, 6, 5.0, 30, [[1, 6, 30.0, 30, 12]])}}
+    w2 = {"by_key": {"s2.k1.d3.b2.g": key(2, 2, 4, 5.0, 20, [[1, 4, 20.0, 20, 8], [3, 0, 0.0, 0, 0]][:1]),
+                     "s1.k1.d2.b2.g": key(1, 2, 10, 4.0, 32, [[2, 10, 40.0, 32, 20]]),
+                     "s1.k1.d2.b1.g": key(1, 1, 3, 3.0, 5, [[0, 3, 9.0, 5, 3]])}}  # drain cycles
+    merged = scan.merge_keys([w1, w2])
+    cells = [scan.cell(v, 2) for v in merged.values()]
+    doc = {"cells": cells, "baseline": {"2": {"per_stream_tok_s": 400.0}}}
+    c1 = next(c for c in scan.main_cells(doc) if c["steps"] == 1)
+    c2 = next(c for c in scan.main_cells(doc) if c["steps"] == 2)
+    assert len(scan.main_cells(doc)) == 2  # the batch-1 drain cell is kept but not compared
+    assert c2["blocks"] == 1 and c2["cycles"] == 10  # block 1 spans both windows: one part
+    assert c1["accept_len"] == pytest.approx(68 / 40) and c1["cycle_ms"] == pytest.approx(4.0)
+    assert c1["per_stream_tok_s"] == pytest.approx(68 / 40 * 250)
+    lo, hi = c1["interval"]["per_stream_tok_s"]  # blocks 36/20 and 32/20 at 4 ms: 450 and 400
+    assert lo < 425 < hi and hi - lo == pytest.approx(2 * 12.706 * 25, rel=1e-3)  # t(1) x sd/sqrt(2) = 25
+    best = scan.best_static(doc)
+    assert best["2"]["steps"] == 2 and best["2"]["vs_baseline"] == pytest.approx((2.5 * 200 / 400 - 1) * 100)
+    assert scan.table(doc) == {2: {1: c1["per_stream_tok_s"], 2: c2["per_stream_tok_s"]}}
 
 
 def test_ctrl_c_keeps_what_was_measured(models, tmp_path, capsys, on_path, monkeypatch):
@@ -169,3 +258,132 @@ def test_parse_steps_and_merge_extra():
             scan.parse_steps(bad)
     assert merge_extra(["--a", "1", "--max-running-requests", "8", "--flag"], ["--max-running-requests", "32"]) == \
         ["--a", "1", "--flag", "--max-running-requests", "32"]
+
+
+def test_profile_one_key_per_figure_and_ladder_bench(scanned, capsys, monkeypatch):
+    """profile on the scan's own probe file: the headline says it is a mix, each key has its row
+    (made of its own steady cycles), break-even and --predict per key, every ladder level compared."""
+    from sglang_eagle3_ext import console
+
+    monkeypatch.setattr(console.out, "width", 250)
+    out = scanned["out"]
+    rc = cli.main(["profile", str(out / "prof.jsonl"), "--baseline-tps", "500", "--predict",
+                   "--bench", str(out / "ladder.json")])
+    text = capsys.readouterr().out
+    assert rc == 0
+    import re
+
+    assert re.search(r"a MIX of \d+ keys \(steps 0, 1, 2, 3 x batch sizes 1, [0-9, ]*4\)", text), text[:2000]
+    assert "per key (table below)" in text  # no mixed break-even in the headline
+    for k in ("s0.k1.d1.b1.g", "s3.k1.d4.b4.g"):
+        assert k in text
+    assert "Prediction from" in text and "key s3.k1.d4.b1.g" in text and "key s3.k1.d4.b4.g" in text
+    assert "Profile vs client, every level" in text
+    rc = cli.main(["profile", str(out / "prof.jsonl"), "--json", "--predict", "--bench", str(out / "ladder.json")])
+    got = json.loads(capsys.readouterr().out)
+    ladder = got["agreement"][str(out / "prof.jsonl")]["ladder"]
+    assert [lv["client"]["concurrency"] for lv in ladder] == [1, 4]
+    assert [lv["basis"] for lv in ladder] == ["steady batch-1", "steady batch-4"]
+    assert {v["key"] for v in got["predictions"].values()} >= {"s3.k1.d4.b1.g", "s3.k1.d4.b4.g"}  # + drain sizes
+    # each key's tok/s is its own: the scan's cells are the same figures
+    doc = scan.load(out)
+    keys = got["files"][0]["by_key"]
+    c = next(c for c in scan.main_cells(doc) if c["steps"] == 2 and c["bs"] == 4)
+    assert keys["s2.k1.d3.b4.g"]["per_stream_tok_s"] == c["per_stream_tok_s"]
+
+
+def test_profile_help_says_steady_and_boundary(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["profile", "--help"])
+    h = capsys.readouterr().out
+    assert "STEADY decode cycles" in h and "BOUNDARY cycle" in h and "step-count switch" in h
+    assert "ladder" in h
+
+
+def test_dry_run_prints_the_one_start_and_starts_nothing(models, tmp_path, capsys):
+    """The preset's --max-running-requests is replaced by the one after `--`; the hold env is set,
+    candidates largest first; the start step is the largest candidate."""
+    out = tmp_path / "o"
+    argv = _argv(models, out, "--dry-run", "--", "--max-running-requests", "4", "--cuda-graph-max-bs-decode", "2")
+    rc = cli.main(argv)
+    c = capsys.readouterr()
+    assert rc == 0, c.err
+    assert "SGLANG_EAGLE3_HOLD=8" in c.out and "SGLANG_EAGLE3_HOLD_STEPS=3,2,1,0" in c.out
+    assert "--speculative-num-steps 3" in c.out and "--speculative-adaptive-config" in c.out
+    assert "ESTIMATED" in c.out and "B = 2 (from the launch args)" in c.out
+    assert "levels above it run eager" in c.err and "SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND" in c.err
+    assert not (out / "scan.json").exists() and not (out / "server.log").exists()
+
+
+def test_graph_memory_read_from_sglang_log_lines(tmp_path):
+    """The measured twin of the estimate: SGLang 0.5.16's own capture lines (format copied from
+    model_runner_components/cuda_graph_setup.py and speculative/eagle_worker_v2.py)."""
+    log = tmp_path / "server.log"
+    log.write_text("Load weight end. type=LlamaForCausalLM, mem usage=15.00 GB.\n"
+                   "Capture decode CUDA graph end. elapsed=3.21 s, mem usage=1.25 GB, avail mem=40.00 GB.\n"
+                   "Capture draft decode CUDA graph end. elapsed=1.00 s, mem usage=0.50 GB, avail mem=39.50 GB.\n"
+                   "Capture draft extend CUDA graph end. elapsed=1.00 s, mem usage=0.25 GB, avail mem=39.25 GB.\n")
+    m = scan.log_graph_memory(log)
+    assert m["captures"] == 3 and m["total_gib"] == 2.0 and m["avail_after_gib"] == 39.25
+    assert scan.log_graph_memory(tmp_path / "none.log") is None
+
+
+def test_time_limit_stops_a_level_and_says_so(models, tmp_path, capsys, on_path):
+    rc = cli.main(_argv(models, tmp_path / "o", "--time-limit", "0.01", "--min-cycles", "100000", conc="1"))
+    c = capsys.readouterr()
+    assert rc == 0, c.err
+    doc = scan.load(tmp_path / "o")
+    assert any("time limit" in n and "below 100000 steady cycles at batch size 1" in n for n in doc["notes"])
+    assert doc["interrupted"] is False and doc["cells"]
+
+
+def test_real_sigint_stops_the_server_and_keeps_results(models, tmp_path):
+    """A real Ctrl-C (SIGINT to the CLI process) after level 1 was written: exit 130, scan.json
+    interrupted with level 1 kept, the server's port free again (its group stopped)."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import time
+
+    out, port = tmp_path / "o", _free_port()
+    # level 1 stops at its 0.5 s time limit (scan.json written), level 4 would run for a minute
+    argv = _argv(models, out, "--min-cycles", "100000", "--time-limit", "0.5")
+    argv[argv.index("--port") + 1] = str(port)
+    env = dict(os.environ, PYTHONPATH=f"{STANDINS}:{Path(__file__).resolve().parents[1]}")
+    p = subprocess.Popen([sys.executable, "-m", "sglang_eagle3_ext", *argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (out / "scan.json").exists():
+            time.sleep(0.1)
+        assert (out / "scan.json").exists(), "level 1 never finished"
+        p.send_signal(signal.SIGINT)
+        so, se = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130, se
+    doc = scan.load(out)
+    assert doc["interrupted"] is True and 1 in {c["level"] for c in doc["cells"]}
+    with socket.socket() as s, pytest.raises(ConnectionRefusedError):
+        s.connect(("127.0.0.1", port))  # nothing of the server is left listening
+
+
+def test_failed_start_shows_the_log_tail(models, tmp_path, capsys, on_path, monkeypatch):
+    monkeypatch.setenv("STANDIN_SCAN_CRASH", "1")
+    rc = cli.main(_argv(models, tmp_path / "o"))
+    e = capsys.readouterr().err
+    assert rc != 0 and "CUDA out of memory while capturing the graphs of state 4" in e, e
+    assert "before it was healthy" in e and not (tmp_path / "o" / "scan.json").exists()
+
+
+def test_a_state_without_accept_counts_stops_the_level_early(models, tmp_path, capsys, on_path, monkeypatch):
+    """If the probes never key a candidate's cycles (no accept counts reach them), the level stops
+    once the others have twice --min-cycles, instead of running to the time limit, and says so."""
+    monkeypatch.setenv("STANDIN_SCAN_NO_ACCEPT", "0")
+    rc = cli.main(_argv(models, tmp_path / "o", "--time-limit", "60", conc="1"))
+    assert rc == 0, capsys.readouterr().err
+    doc = scan.load(tmp_path / "o")
+    assert any("steps [0]: no steady cycle with accept counts at batch size 1" in n for n in doc["notes"])
+    assert {c["steps"] for c in scan.main_cells(doc)} == {1, 2, 3}
+    assert doc["wall_s"] < 30

@@ -10,14 +10,15 @@ from ..console import out, print_json
 from ..errors import UserError
 
 HELP = ("Write SGLang's adaptive speculation config (tiers of candidate steps per batch size) "
-        "from a sweep's measurements, checked with the release's own loader.")
+        "from a sweep's or a scan's measurements, checked with the release's own loader.")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", metavar="ACTION")
     w = sub.add_parser("write", help="choose tiers and write the JSON config")
-    w.add_argument("--from", dest="source", required=True, metavar="SWEEP_DIR|results.json",
-                   help="a steps x concurrency sweep (sgl-eagle3 sweep with bench.concurrency a list)")
+    w.add_argument("--from", dest="source", required=True, metavar="SWEEP_DIR|results.json|SCAN_DIR",
+                   help="a steps x concurrency sweep (sgl-eagle3 sweep with bench.concurrency a list), "
+                        "or a scan (sgl-eagle3 scan: its folder or scan.json; probe figures, steady cycles)")
     w.add_argument("--out", required=True, metavar="adaptive.json", help="the config file to write")
     w.add_argument("--within", type=float, default=5.0, metavar="PCT",
                    help="a step count is a candidate at a tier when its per-stream tok/s is within "

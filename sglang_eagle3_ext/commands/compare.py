@@ -13,7 +13,8 @@ HELP = ("Compare bench results: tok/s avg and peak, accept length, % vs a baseli
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("files", nargs="+", metavar="FILE.json",
                    help="bench result files (sgl-eagle3 bench --out), a sweep results.json, or "
-                        "concurrency ladders (bench --concurrency 1,2,4 --out; all files ladders)")
+                        "concurrency ladders (bench --concurrency 1,2,4 --out; all files ladders), or a "
+                        "scan's scan.json / folder (one ladder per step count)")
     p.add_argument("--baseline", metavar="LABEL",
                    help="label of the baseline row (default: a sweep's no-spec config, else the first file)")
     p.add_argument("--metric", default="decode_tok_s",

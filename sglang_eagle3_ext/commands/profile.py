@@ -15,11 +15,28 @@ from ..probes.window import CYCLE, CYCLE_LABEL, LABELS
 
 HELP = "Read probe JSONL / server logs with EAGLE3_PROF blocks: phase table, break-even, --predict."
 
+EPILOG = """\
+What the figures are made of:
+  Phases, accept length and tok/s are over STEADY decode cycles. A BOUNDARY cycle is one next to
+  a request joining or leaving the batch, a prefill/extend forward, a batch-size change, an idle
+  gap, or a step-count switch (SGLang's adaptive mode, or a scan's hold schedule); boundary cycles
+  are counted and costed in their own table, not mixed into the steady figures.
+  One key = one (steps, topk, draft tokens, batch size, CUDA graph or eager). Where a file holds
+  more than one key (a ladder, a scan, SGLang's adaptive mode), the headline says it is a mix and
+  the per-key table gives each key's own figures; break-even and --predict are given per key.
+  tok/s per stream = accept length x 1000 / mean cycle ms of those cycles (the probes' figure; the
+  client's twin comes with --bench).
+--bench takes our bench JSON, a ladder (bench --concurrency 1,8,32, or a scan's ladder.json:
+  every level compared with the windows written while it ran), or SGLang bench_serving output.
+"""
+
 _LABELS = tuple(LABELS.items())  # (phase, label), the block's order (probes/window.py)
 _MAX_NOTES = 4
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = EPILOG
     p.add_argument("files", nargs="+", metavar="FILE",
                    help="eagle3_prof JSONL (EAGLE3_PROFILE_OUT; its .rankN siblings are found too) "
                         "or a server log with EAGLE3_PROF blocks")
@@ -33,8 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--all-windows", action="store_true",
                    help="keep window 1 (the process's warm-up cycles) in the summary")
     p.add_argument("--bench", metavar="BENCH.json",
-                   help="the client's result of the same run (sgl-eagle3 bench JSON, or SGLang "
-                        "bench_serving --output-file JSON/JSONL): decode tok/s and accept length side by side")
+                   help="the client's result of the same run (sgl-eagle3 bench JSON, a ladder JSON "
+                        "(every level compared), or SGLang bench_serving --output-file JSON/JSONL): "
+                        "decode tok/s and accept length side by side")
 
 
 def _fmt(v: float | None, spec: str = ".2f") -> str:
@@ -70,8 +88,8 @@ def _table(summaries: list[dict[str, Any]], baseline_tps: float | None):
     row("source", lambda s: f"{s['kind']}, {s['windows']} window(s)" + (" [legacy, converted]" if s["legacy"] else ""))
     row("timing mode", lambda s: s["mode"])
     row("steps / topk / draft tokens",
-        lambda s: " / ".join("?" if s["spec"][k] is None else str(s["spec"][k])
-                             for k in ("steps", "topk", "draft_tokens")))
+        lambda s: "several (one key per figure below)" if len(_keys(s)) > 1 else
+        " / ".join("?" if s["spec"][k] is None else str(s["spec"][k]) for k in ("steps", "topk", "draft_tokens")))
     row("SGLang", lambda s: s["sglang_version"] or "?")
     row("cycles", lambda s: "?" if s["cycles"] is None else str(s["cycles"]))
     row("phases below are", _basis)
@@ -95,17 +113,116 @@ def _table(summaries: list[dict[str, Any]], baseline_tps: float | None):
         row("Probe read cost", lambda s: "n/a" if s.get("probe_read_us_per_cycle") is None
             else f"{s['probe_read_us_per_cycle']:.1f} us/cycle")
     if baseline_tps is not None:
-        row(f"Break-even accept len @ {baseline_tps:g} tok/s", lambda s: _fmt(s.get("break_even_accept_len")))
-        row("Margin (accept len)", lambda s: _fmt(s.get("margin_accept_len"), "+.2f"))
-        row("vs baseline", lambda s: "n/a" if s.get("vs_baseline_pct") is None else f"{s['vs_baseline_pct']:+.1f}%")
+        def per_key(fn):
+            return lambda s: ("per key (table below)" if len(_keys(s)) > 1 else
+                              "per batch size (table below)" if _mix(s) else fn(s))
+        row(f"Break-even accept len @ {baseline_tps:g} tok/s", per_key(lambda s: _fmt(s.get("break_even_accept_len"))))
+        row("Margin (accept len)", per_key(lambda s: _fmt(s.get("margin_accept_len"), "+.2f")))
+        row("vs baseline", per_key(lambda s: "n/a" if s.get("vs_baseline_pct") is None
+                                   else f"{s['vs_baseline_pct']:+.1f}%"))
     return t
+
+
+def _key_table(summaries: list[dict[str, Any]], baseline_tps: float | None):
+    """One row per key: its own steady cycles, phases, acceptance and tok/s (interval over blocks)."""
+    from rich.table import Table
+
+    from ..scan import t_interval
+
+    rows = [(s, k, v) for s in summaries for k, v in _keys(s).items()]
+    if not rows or all(len(_keys(s)) < 2 for s in summaries):
+        return None
+    t = Table(title="Steady cycles by key (steps, topk, draft tokens, batch size, graph g / eager e): "
+                    "each row is made of that key's own steady cycles")
+    many = len(summaries) > 1
+    cols = (["file"] if many else []) + ["key", "cycles (blocks)", "draft", "verify", "extend", "other",
+                                         "cycle ms (p50)", "accept len", "accept by position",
+                                         "tok/s per stream [95% over blocks]", "tok/s total"]
+    if baseline_tps is not None:
+        cols += [f"break-even @ {baseline_tps:g}", "margin", "vs baseline"]
+    for c in cols:
+        t.add_column(c, justify="left" if c in ("file", "key", "accept by position") else "right")
+    for s, k, v in rows:
+        ph = v.get("phases") or {}
+        cyc = ph.get(CYCLE) or {}
+        rates = [r["per_stream_tok_s"] for r in profile_log.part_rates(v.get("parts") or [])
+                 if r["per_stream_tok_s"] is not None]
+        iv = t_interval(rates)
+        cells = ([Path(s["file"]).name] if many else []) + [
+            k, f"{v['cycles']} ({len(v.get('parts') or [])})",
+            *[_fmt((ph.get(p) or {}).get("mean_ms")) for p in ("draft", "verify", "extend", "other")],
+            f"{_fmt(cyc.get('mean_ms'))} ({_fmt(cyc.get('p50_ms'))})", _fmt(v.get("accept_len"), ".3f"),
+            " ".join(_fmt(r) for r in v.get("per_position") or []) or "-",
+            _fmt(v.get("per_stream_tok_s"), ".1f") + (f" [{iv[0]:.1f}, {iv[1]:.1f}]" if iv else ""),
+            _fmt(v.get("throughput_tok_s"), ".1f")]
+        if baseline_tps is not None:
+            be = analysis.break_even_accept_len(cyc["mean_ms"], baseline_tps) if cyc.get("mean_ms") else None
+            al, ps = v.get("accept_len"), v.get("per_stream_tok_s")
+            cells += [_fmt(be), _fmt(al - be, "+.2f") if (al is not None and be is not None) else "n/a",
+                      f"{(ps / baseline_tps - 1) * 100:+.1f}%" if ps else "n/a"]
+        t.add_row(*cells)
+    t.caption = ("tok/s per stream = accept len x 1000 / the key's mean steady cycle ms; interval: 95 % "
+                 "Student-t over the key's hold blocks (parts); boundary cycles are in the table above")
+    return t
+
+
+def _key_summaries(s: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per-key summaries for break-even / --predict: per batch size, the topk-1 key with the most
+    steps (its per-position rates reach every shorter chain); the file itself when it is one key."""
+    keys = _keys(s)
+    bb = s.get("by_batch") or {}
+    if not keys and len(bb) > 1 and s.get("per_position"):
+        # older records (/2) of a ladder: the phases of each batch size's own steady cycles; the
+        # per-position acceptance is the file's (it does not split by batch size), said in the title
+        return [{"file": s["file"], "key": f"batch {k}", "basis": "steady", "phases": v["phases"],
+                 "per_position": s["per_position"], "accept_len": v.get("accept_len"),
+                 "eff_tok_s": v.get("per_stream_tok_s"), "spec": s.get("spec") or {},
+                 "note": "per-position acceptance over every batch size of the file"}
+                for k, v in bb.items() if v.get("phases")]
+    if len(keys) < 2:
+        return [dict(s, key=next(iter(keys), None))]
+    best: dict[Any, tuple[str, dict[str, Any]]] = {}
+    for k, v in keys.items():
+        if v.get("topk") not in (None, 1) or not v.get("steps"):
+            continue
+        cur = best.get(v.get("bs"))
+        if cur is None or v["steps"] > cur[1]["steps"]:
+            best[v.get("bs")] = (k, v)
+    return [{"file": s["file"], "key": k, "basis": "steady", "phases": v["phases"],
+             "per_position": v.get("per_position") or [], "accept_len": v.get("accept_len"),
+             "eff_tok_s": v.get("per_stream_tok_s"),
+             "spec": {"steps": v["steps"], "topk": v.get("topk"), "draft_tokens": v.get("draft_tokens")}}
+            for k, v in (best[b] for b in sorted(best, key=lambda x: (x is None, x)))]
 
 
 def _basis(s: dict[str, Any]) -> str:
     st = s.get("steady")
     if s["basis"] == "steady":
-        return f"{st['cycles']} steady cycles"
+        keys = _keys(s)
+        mix = _mix(s)
+        one = f" of one key {next(iter(keys))}" if len(keys) == 1 else ""
+        per = "one key per figure below" if len(keys) > 1 else "figures per batch size below"
+        return f"{st['cycles']} steady cycles{one}" + (f"; {mix}: {per}" if mix else "")
     return "all cycles (no steady split)" if st is None else "all cycles (no steady cycle)"
+
+
+def _keys(s: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The file's configuration keys with steady cycles (eagle3_prof/3 by_key)."""
+    return {k: v for k, v in (s.get("by_key") or {}).items() if v.get("cycles")}
+
+
+def _mix(s: dict[str, Any]) -> str | None:
+    """What the headline mixes, or None when it is one key (or one batch size of older records)."""
+    keys = _keys(s)
+    if len(keys) > 1:
+        steps = sorted({v["steps"] for v in keys.values() if v.get("steps") is not None})
+        bss = sorted({v["bs"] for v in keys.values() if v.get("bs") is not None})
+        return (f"a MIX of {len(keys)} keys (steps {', '.join(map(str, steps))} x batch sizes "
+                f"{', '.join(map(str, bss))})")
+    bb = s.get("by_batch") or {}
+    if not keys and len(bb) > 1:
+        return f"a MIX of {len(bb)} batch sizes ({', '.join(bb)})"
+    return None
 
 
 def _boundary_table(summaries: list[dict[str, Any]]):
@@ -133,18 +250,27 @@ def _boundary_table(summaries: list[dict[str, Any]]):
     return t
 
 
-def _batch_table(summaries: list[dict[str, Any]]):
+def _batch_table(summaries: list[dict[str, Any]], baseline_tps: float | None = None):
     from rich.table import Table
 
-    t = Table(title="Steady cycles by batch size")
-    for c in ("file", "batch", "cycles", "accept len", "cycle ms (p50)", "tok/s per stream", "tok/s total"):
+    t = Table(title="Steady cycles by batch size (every step count that ran there together)")
+    cols = ["file", "batch", "cycles", "accept len", "cycle ms (p50)", "tok/s per stream", "tok/s total"]
+    if baseline_tps is not None:
+        cols += [f"break-even @ {baseline_tps:g}", "margin", "vs baseline"]
+    for c in cols:
         t.add_column(c, justify="left" if c == "file" else "right")
     for s in summaries:
         for bs, v in (s.get("by_batch") or {}).items():
             cyc = (v.get("phases") or {}).get("cycle") or {}
-            t.add_row(Path(s["file"]).name, bs, str(v["cycles"]), _fmt(v.get("accept_len"), ".3f"),
-                      f"{_fmt(cyc.get('mean_ms'))} ({_fmt(cyc.get('p50_ms'))})",
-                      _fmt(v.get("per_stream_tok_s"), ".1f"), _fmt(v.get("throughput_tok_s"), ".1f"))
+            cells = [Path(s["file"]).name, bs, str(v["cycles"]), _fmt(v.get("accept_len"), ".3f"),
+                     f"{_fmt(cyc.get('mean_ms'))} ({_fmt(cyc.get('p50_ms'))})",
+                     _fmt(v.get("per_stream_tok_s"), ".1f"), _fmt(v.get("throughput_tok_s"), ".1f")]
+            if baseline_tps is not None:
+                be = analysis.break_even_accept_len(cyc["mean_ms"], baseline_tps) if cyc.get("mean_ms") else None
+                al, ps = v.get("accept_len"), v.get("per_stream_tok_s")
+                cells += [_fmt(be), _fmt(al - be, "+.2f") if (al is not None and be is not None) else "n/a",
+                          f"{(ps / baseline_tps - 1) * 100:+.1f}%" if ps else "n/a"]
+            t.add_row(*cells)
     return t if t.row_count else None
 
 
@@ -169,6 +295,38 @@ def _agreement_table(s: dict[str, Any], a: dict[str, Any]):
     t.add_row("accept len (incl. bonus; every verify)", _fmt(al["profile"], ".3f"), _fmt(al["client"], ".3f"),
               pct(al["diff_pct"]))
     t.caption = f"client decode rate: {c['decode_def']}; profile: {a.get('windows', 'every window')}"
+    return t
+
+
+def _agree(s: dict[str, Any], run: Any, client: dict[str, Any], all_windows: bool) -> dict[str, Any]:
+    """Profile vs one client result: the windows written while it ran (when the times line up;
+    else the whole file), like with like (its batch size when the records split by batch)."""
+    aligned = profile_log.aligned_run(run, client) if run is not None else None
+    basis = profile_log.summarize(aligned, all_windows=all_windows) if aligned is not None else s
+    a = profile_log.agreement(basis, client)
+    a["windows"] = (aligned.notes[0] if aligned is not None else "every window of the file (no time overlap found)")
+    return a
+
+
+def _ladder_agreement_table(s: dict[str, Any], a: dict[str, Any]):
+    from rich.table import Table
+
+    c = a["client"]
+    t = Table(title=f"Profile vs client, every level ({c['kind']}: {Path(c['file']).name})")
+    for col in ("concurrency", "profile tok/s per stream", "client", "difference", "profile accept len",
+                "client accept len", "difference", "profile cycles", "windows"):
+        t.add_column(col, justify="left" if col in ("profile cycles", "windows") else "right")
+
+    def pct(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:+.1f}%"
+
+    for lv in a["ladder"]:
+        d, al = lv["decode_tok_s"], lv["accept_len"]
+        t.add_row(str(lv["client"].get("concurrency")), _fmt(d["profile"], ".1f"), _fmt(d["client"], ".1f"),
+                  pct(d["diff_pct"]), _fmt(al["profile"], ".3f"), _fmt(al["client"], ".3f"), pct(al["diff_pct"]),
+                  str(lv["basis"]), lv["windows"])
+    t.caption = (f"client decode rate: {c['decode_def']}; profile: the steady cycles at the level's batch size "
+                 "(every step count the server ran there, like the client sees them)")
     return t
 
 
@@ -210,8 +368,9 @@ def _rank_table(base: str, spread: dict[str, Any]):
 def _predict_table(s: dict[str, Any], preds: list[analysis.Prediction]):
     from rich.table import Table
 
-    t = Table(title=f"Prediction from {s['file']} ({s['basis']} cycles; topk 1 chain; accept len incl. bonus; "
-                    f"verify+extend+other held flat, draft ms per step x steps)")
+    which = (f"key {s['key']}" if s.get("key") else (_mix(s) or "the file")) + (f"; {s['note']}" if s.get("note") else "")
+    t = Table(title=f"Prediction from {s['file']}, {which} ({s['basis']} cycles; topk 1 chain; accept len incl. "
+                    f"bonus; verify+extend+other held flat, draft ms per step x steps)")
     for c in ("steps", "draft tok", "accept len", "cycle ms", "tok/s", "vs base", "row"):
         t.add_column(c, justify="right")
     for p in preds:
@@ -268,22 +427,25 @@ def run(args: argparse.Namespace) -> int:
     predictions: dict[str, Any] = {}
     if args.predict:
         for s in summaries:
-            try:
-                preds = analysis.predict_from_run(s, step_ms)
-            except UserError as exc:
-                raise UserError(f"{s['file']}: {exc}", exit_code=exc.exit_code) from None
-            predictions[s["file"]] = {"rows": preds, "recommendation": analysis.recommend(preds)}
+            for ks in _key_summaries(s):
+                try:
+                    preds = analysis.predict_from_run(ks, step_ms)
+                except UserError as exc:
+                    where = f"{s['file']}" + (f" key {ks['key']}" if ks.get("key") else "")
+                    raise UserError(f"{where}: {exc}", exit_code=exc.exit_code) from None
+                name = s["file"] + (f" [{ks['key']}]" if ks.get("key") and _mix(s) else "")
+                predictions[name] = {"rows": preds, "recommendation": analysis.recommend(preds), "summary": ks,
+                                     "key": ks.get("key")}
     agree: dict[str, Any] = {}
     if args.bench:
         client = profile_log.read_client(args.bench)
         for s in summaries:
             run = next((r for r in runs if r.path == s["file"]), None)
-            aligned = profile_log.aligned_run(run, client) if run is not None else None
-            # windows written while the bench ran, when the times line up; else the whole file
-            basis = profile_log.summarize(aligned, all_windows=args.all_windows) if aligned is not None else s
-            agree[s["file"]] = profile_log.agreement(basis, client)
-            agree[s["file"]]["windows"] = (aligned.notes[0] if aligned is not None
-                                           else "every window of the file (no time overlap found)")
+            if "levels" in client:  # a ladder: every level against the windows of its own span
+                agree[s["file"]] = {"ladder": [_agree(s, run, lv, args.all_windows) for lv in client["levels"]],
+                                    "client": {k: v for k, v in client.items() if k != "levels"}}
+            else:
+                agree[s["file"]] = _agree(s, run, client, args.all_windows)
 
     if args.json:
         print_json({
@@ -291,7 +453,7 @@ def run(args: argparse.Namespace) -> int:
             "baseline_tok_s": args.baseline_tps,
             "files": summaries,
             "predictions": {f: {"rows": [p.to_dict() for p in v["rows"]],
-                                "recommendation": v["recommendation"],
+                                "recommendation": v["recommendation"], "key": v["key"],
                                 "baseline_step_ms": step_ms}
                             for f, v in predictions.items()},
             "agreement": agree,
@@ -300,7 +462,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     out.print(_table(summaries, args.baseline_tps))
-    for extra in (_boundary_table(summaries), _batch_table(summaries), _choices_table(summaries)):
+    for extra in (_boundary_table(summaries), _batch_table(summaries, args.baseline_tps), _choices_table(summaries),
+                  _key_table(summaries, args.baseline_tps)):
         if extra is not None:
             out.print(extra)
     from ..policy_report import table as policy_table  # issue 25: what the policy chose and got
@@ -311,7 +474,8 @@ def run(args: argparse.Namespace) -> int:
         out.print(_rank_table(base, spread))
     for s in summaries:
         if s["file"] in agree:
-            out.print(_agreement_table(s, agree[s["file"]]))
+            a = agree[s["file"]]
+            out.print(_ladder_agreement_table(s, a) if "ladder" in a else _agreement_table(s, a))
     for s in summaries:
         notes = s["notes"]
         for n in notes[:_MAX_NOTES]:
@@ -319,9 +483,7 @@ def run(args: argparse.Namespace) -> int:
         if len(notes) > _MAX_NOTES:
             err.print(f"note: ... and {len(notes) - _MAX_NOTES} more for {s['file']} (see --json)",
                       highlight=False, markup=False)
-    for s in summaries:
-        if s["file"] in predictions:
-            v = predictions[s["file"]]
-            out.print(_predict_table(s, v["rows"]))
-            out.print(v["recommendation"], highlight=False, markup=False)
+    for v in predictions.values():
+        out.print(_predict_table(v["summary"], v["rows"]))
+        out.print(v["recommendation"], highlight=False, markup=False)
     return 0

@@ -18,7 +18,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("sweep_file", metavar="SWEEP.yaml", nargs="?", help="the matrix (see docs/sweep.md)")
     p.add_argument("--report", metavar="DIR",
                    help="start nothing: re-read DIR's results.json and probe files, print table and "
-                        "analysis; DIR is never written (--out writes results, table, plots there)")
+                        "analysis; DIR is never written (--out writes results, table, plots there). "
+                        "A scan folder (sgl-eagle3 scan) prints the scan's tables")
     p.add_argument("--out", metavar="DIR", help="output folder (default sweep-<name>; with --report: "
                    "where to write the redone results.json, table.md and plots, nothing if absent)")
     p.add_argument("--resume", action="store_true",
@@ -103,6 +104,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.report:
         out_dir = Path(args.report)
+        from .. import scan
+
+        if scan.is_scan(out_dir) and not (out_dir / "results.json").exists():
+            return _report_scan(out_dir, Path(args.out) if args.out else None)
         doc = sweep.load_results(out_dir / "results.json")
         if doc is None:
             raise UserError(f"{out_dir}: no results.json (not a sweep output folder)", exit_code=2)
@@ -156,7 +161,26 @@ def run(args: argparse.Namespace) -> int:
     return _report(doc, out_dir, args.no_plots)
 
 
+def _report_scan(src: Path, dest: Path | None) -> int:
+    """--report of a scan folder (or its scan.json): the scan's tables again; --out writes
+    scan.json and table.md there, src is only read."""
+    from .. import scan
+    from ..bench import write_json
+    from .scan import render
 
+    doc = scan.load(src)
+    render(doc)
+    if dest is None:
+        out.print(f"nothing written ({src} is only read); --out DIR writes scan.json and table.md there",
+                  highlight=False, markup=False)
+        return 0
+    if dest.resolve() == (src if src.is_dir() else src.parent).resolve():
+        raise UserError(f"--out {dest} is the folder --report reads: give another folder", exit_code=2)
+    dest.mkdir(parents=True, exist_ok=True)
+    write_json(dest / "scan.json", doc)
+    (dest / "table.md").write_text(scan.markdown(doc) + "\n")
+    out.print(f"wrote {dest / 'scan.json'}, {dest / 'table.md'}", highlight=False, markup=False)
+    return 0
 
 
 def _report(doc: dict[str, Any], out_dir: Path, no_plots: bool, scratch: bool = False) -> int:

@@ -10,12 +10,14 @@ runs batched "cycles" on a fixed cost model instead of a model:
     conditional acceptance per draft position = 0.8, 0.6, 0.4, 0.3, 0.2 (seeded draws)
 
 The hold schedule is the plugin's real decider (sglang_eagle3_ext/hold.py HoldDecider, fed each
-cycle's batch size like the activate_step_by_batch hook; graph-size padding left out), the cycle after a switch and cycles next to a join/leave are
-boundary cycles, and every EAGLE3_PROFILE_EVERY cycles one eagle3_prof/3 record is appended with
-``by_key`` (steady cycles per key, ``parts`` per hold block) and ``control``. Phase times are the
+cycle's batch size like the activate_step_by_batch hook; graph-size padding left out), and every
+EAGLE3_PROFILE_EVERY cycles one eagle3_prof/3 record is built by the probes' own functions
+(probes/window.py classify / switch_bits / split_record / by_key / build_record) from the cycles
+as the profiler holds them (phase ms, join bits, accept counts, the configuration tag). Phase times are the
 cost model's (as GPU timers would report), split draft 0.4 s / verify / extend 0.2 / other 0.3.
 The streams are OpenAI-compatible (usage, sglext spec_verify_ct), like tests/standin_openai.py.
-STANDIN_SCAN_SLOW=X multiplies every cycle (tests of the time limit).
+STANDIN_SCAN_SLOW=X multiplies every cycle; STANDIN_SCAN_CRASH=1 fails the start;
+STANDIN_SCAN_NO_ACCEPT=0,.. : those step counts report no accept counts (their cycles never key).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from sglang_eagle3_ext.probes import window
 
 RATES = (0.8, 0.6, 0.4, 0.3, 0.2, 0.15, 0.1)
 
@@ -85,21 +89,17 @@ class Engine:
         self.out = os.environ.get("EAGLE3_PROFILE_OUT") if os.environ.get("EAGLE3_PROFILE") == "1" else None
         self.every = int(os.environ.get("EAGLE3_PROFILE_EVERY") or 100)
         self.slow = float(os.environ.get("STANDIN_SCAN_SLOW") or 1.0)
+        self.no_accept = set((os.environ.get("STANDIN_SCAN_NO_ACCEPT") or "").split(",")) - {""}
         self.lock = threading.Condition()
         self.active: list[Req] = []
         self.bs_cycles: dict[int, int] = {}
         self.current = start if self.spec else None
-        self.prev_bs: int | None = None
         self.window = 0
         self.rng = random.Random(1234)
-        self._reset()
-
-    def _reset(self) -> None:
-        self.w_cycles = 0
-        self.w_bound = 0
-        self.w_reasons = {"join": 0, "leave": 0, "extend": 0, "batch_change": 0, "idle": 0, "switch": 0}
-        self.keys: dict[str, dict[str, Any]] = {}
-        self.choices: dict[str, dict[str, int]] = {}
+        self.w: list[dict[str, Any]] = []
+        self.hist: dict[int, int] = {}
+        self.last_bs: int | None = None
+        self.prev_steps: int | None = None
 
     def choose(self, bs: int) -> tuple[int | None, int]:
         """(steps, block id): the hold schedule, a pure function of the per-bs cycle count."""
@@ -129,15 +129,8 @@ class Engine:
                 batch = list(self.active)
             bs = len(batch)
             steps, block = self.choose(bs)
-            reasons = []
-            if steps != self.current:
-                reasons.append("switch")
-            if any(r.new for r in batch):
-                reasons.append("join")
-            if self.prev_bs is not None and bs != self.prev_bs:
-                reasons.append("batch_change")
+            joined = any(r.new for r in batch)
             self.current = steps
-            self.prev_bs = bs
             ms = cycle_ms(steps, bs)
             time.sleep(ms * self.slow / 1000.0)
             toks, accs = [], []
@@ -157,75 +150,45 @@ class Engine:
                         r.finished = True
                     r.cond.notify_all()
             with self.lock:
-                left = [r for r in self.active if r.finished]
                 self.active = [r for r in self.active if not r.finished]
                 self.lock.notify_all()
-            if left:
-                reasons.append("leave")
             if self.spec and self.out:
-                self.account(steps or 0, bs, block, ms, sum(toks), sum(accs), accs, reasons)
+                self.account(steps or 0, bs, block, ms, joined, accs)
 
-    def account(self, steps: int, bs: int, block: int, ms: float, tokens: int, acc: int,
-                accs: list[int], reasons: list[str]) -> None:
-        self.w_cycles += 1
-        ch = self.choices.setdefault(str(bs), {})
-        ch[str(steps)] = ch.get(str(steps), 0) + 1
-        if reasons:
-            self.w_bound += 1
-            for why in reasons:
-                self.w_reasons[why] += 1
-        else:
-            key = f"s{steps}.k1.d{steps + 1}.b{bs}.g"
-            k = self.keys.setdefault(key, {"steps": steps, "topk": 1, "draft_tokens": steps + 1, "bs": bs,
-                                           "graph": True, "cycles": 0, "requests": 0, "accepted_drafts": 0,
-                                           "tokens": 0, "accept_hist": {}, "ms": [], "parts": {}})
-            k["cycles"] += 1
-            k["requests"] += bs
-            k["accepted_drafts"] += acc
-            k["tokens"] += tokens
-            for a in accs:
-                k["accept_hist"][str(a)] = k["accept_hist"].get(str(a), 0) + 1
-            k["ms"].append(ms)
-            p = k["parts"].setdefault(block, [block, 0, 0.0, 0, 0])
-            p[1] += 1
-            p[2] += ms
-            p[3] += tokens
-            p[4] += bs
-        if self.w_cycles >= self.every:
+    def account(self, steps: int, bs: int, block: int, ms: float, joined: bool, accs: list[int]) -> None:
+        """One decode cycle, as the probes hold it (phases, why bits, counts, the configuration tag)."""
+        draft, extend, other = 0.4 * steps, (0.2 if steps else 0.0), 0.3
+        req = 0 if str(steps) in self.no_accept else bs  # a state whose verify reports no counts
+        self.w.append({"draft": draft, "verify": ms - draft - extend - other, "extend": extend, "other": other,
+                       "cycle": ms, "why": window.JOIN if joined else 0, "nreq": req, "nacc": sum(accs) if req else 0,
+                       "tag": (steps, 1, steps + 1, bs, True, block, req, sum(accs) if req else 0,
+                               list(accs) if req else [])})
+        for a in accs:
+            self.hist[a] = self.hist.get(a, 0) + 1
+        if len(self.w) >= self.every:
             self.flush()
 
     def flush(self) -> None:
+        """The window record, built by the probes' own code (probes/window.py), as the profiler does."""
         self.window += 1
-        by_key = {}
-        for key, k in self.keys.items():
-            ms = sorted(k.pop("ms"))
-            mean = sum(ms) / len(ms)
-            s = k["steps"]
-
-            def ph(v: float, ms=ms, mean=mean) -> dict[str, float]:
-                f = v / mean
-                return {"mean_ms": round(v, 4), "p50_ms": round(ms[len(ms) // 2] * f, 4),
-                        "p90_ms": round(ms[int(len(ms) * 0.9)] * f, 4)}
-            draft, extend, other = 0.4 * s, (0.2 if s else 0.0), 0.3
-            al = k["tokens"] / k["requests"]
-            k.update(accept_len=round(al, 4),
-                     per_position=[None] * s,
-                     phases={"draft": ph(draft), "verify": ph(mean - draft - extend - other),
-                             "extend": ph(extend), "other": ph(other), "cycle": ph(mean)},
-                     per_stream_tok_s=round(al * 1000 / mean, 2),
-                     throughput_tok_s=round(k["tokens"] * 1000 / sum(ms), 2),
-                     parts=[[b, c, round(m, 4), t, r] for b, c, m, t, r in k["parts"].values()])
-            by_key[key] = k
-        rec = {"schema": "eagle3_prof/3", "window": self.window, "cycles": self.w_cycles, "mode": "events",
-               "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "sglang_version": "0.5.16", "route": "plugin",
-               "phases": {p: {"mean_ms": 1.0} for p in ("draft", "verify", "extend", "other", "cycle")},
-               "boundary": {"cycles": self.w_bound, "reasons": dict(self.w_reasons)},
-               "by_key": by_key,
-               "control": {"decider": "hold" if self.hold else None, "block": self.hold or None,
-                           "candidates": self.cands, "choices": self.choices}}
+        cyc = self.w
+        per = {p: [c[p] for c in cyc] for p in (*window.PHASES, window.CYCLE)}
+        nreq, nacc = [c["nreq"] for c in cyc], [c["nacc"] for c in cyc]
+        sizes, bits, self.last_bs = window.classify([c["why"] for c in cyc], nreq, self.last_bs)
+        tags = [c["tag"] for c in cyc]
+        sw = window.switch_bits(tags, self.prev_steps)
+        bits = [b | x for b, x in zip(bits, sw, strict=True)]
+        self.prev_steps = tags[-1][0]
+        split = window.split_record(per, sizes, bits, nreq, nacc, 0)
+        split["by_key"] = window.by_key(per, bits, tags)
+        split["control"] = {"decider": "hold" if self.decider else None, "block": self.hold or None,
+                            "candidates": list(self.cands), "choices": window.choices(tags)}
+        rec = window.build_record(window=self.window, per_cycle=per, hist=self.hist, mode="events",
+                                  spec={"steps": None, "topk": 1, "draft_tokens": None}, route="plugin",
+                                  sglang_version="0.5.16", rank=0, tp_size=1, split=split)
         with open(self.out, "a") as fh:
             fh.write(json.dumps(rec) + "\n")
-        self._reset()
+        self.w, self.hist = [], {}
 
     def submit(self, n: int) -> Req:
         r = Req(n)
@@ -306,6 +269,9 @@ def main() -> int:
     global ENGINE
     host, port = arg("--host", "127.0.0.1"), int(arg("--port", "30000") or 30000)
     print(f"[standin-scan] argv: {' '.join(sys.argv[1:])}", flush=True)
+    if os.environ.get("STANDIN_SCAN_CRASH"):  # a failed start (an OOM while capturing the states' graphs)
+        print("torch.OutOfMemoryError: CUDA out of memory while capturing the graphs of state 4", flush=True)
+        return 1
     ENGINE = Engine()
     for s in ENGINE.cands if ENGINE.spec else []:
         print(f"Capture cuda graph end. Time elapsed: 0.01 s. mem usage={0.1 * (s + 1):.2f} GB. "
