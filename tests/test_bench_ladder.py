@@ -144,7 +144,7 @@ def test_bad_out_and_binary_prompts(tmp_path, capsys):
     assert cli.main(["bench", "--url", "http://127.0.0.1:9", "--concurrency", "1,x"]) == 2
     assert cli.main(["bench", "--url", "http://127.0.0.1:9", "--timeout", "0"]) == 2
     err = capsys.readouterr().err
-    assert "a directory" in err and "binary file" in err and "Traceback" not in err
+    assert "a folder" in err and "binary file" in err and "Traceback" not in err
     assert len([ln for ln in err.splitlines() if ln.startswith("error:")]) == 4
 
 

@@ -63,4 +63,4 @@ def test_bench_real_sglang_cpu_server(cpu_server):
         exp = (n - q["first_chunk_tokens"]) / (q["last_token_s"] - q["ttft_s"])
         assert q["decode_tok_s"] == pytest.approx(exp)
         assert q["e2e_tok_s"] == pytest.approx(n / q["last_token_s"])
-        assert q["e2e_tok_s"] < q["decode_tok_s"]
+        # (no e2e < decode check: with a fast first chunk on a loaded CPU, e2e can exceed decode)

@@ -11,7 +11,7 @@ from typing import Any
 from .. import analysis, profile_log
 from ..console import err, out, print_json
 from ..errors import UserError
-from ..probes.window import CYCLE, CYCLE_LABEL, LABELS
+from ..probes.window import CYCLE, CYCLE_LABEL, LABELS, PHASES
 
 HELP = "Read probe JSONL / server logs with EAGLE3_PROF blocks: phase table, break-even, --predict."
 
@@ -150,7 +150,7 @@ def _key_table(summaries: list[dict[str, Any]], baseline_tps: float | None):
         iv = t_interval(rates)
         cells = ([Path(s["file"]).name] if many else []) + [
             k, f"{v['cycles']} ({len(v.get('parts') or [])})",
-            *[_fmt((ph.get(p) or {}).get("mean_ms")) for p in ("draft", "verify", "extend", "other")],
+            *[_fmt((ph.get(p) or {}).get("mean_ms")) for p in PHASES],
             f"{_fmt(cyc.get('mean_ms'))} ({_fmt(cyc.get('p50_ms'))})", _fmt(v.get("accept_len"), ".3f"),
             " ".join(_fmt(r) for r in v.get("per_position") or []) or "-",
             _fmt(v.get("per_stream_tok_s"), ".1f") + (f" [{iv[0]:.1f}, {iv[1]:.1f}]" if iv else ""),

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..console import err, out
 from ..errors import UserError
+from ..probes.window import PHASES
 
 HELP = ("One server start: hold every candidate step count in turn (SGLang 0.5.13+ adaptive states) at "
         "every concurrency; per (steps, batch size) phases, acceptance and tok/s; best per tier; an "
@@ -300,7 +301,7 @@ def render(doc: dict[str, Any]) -> None:
             iv = (c.get("interval") or {}).get("per_stream_tok_s")
             row = [_label(c["steps"]) + ("" if c["graph"] is not False else " (eager)"),
                    f"{c['cycles']} / {c['blocks']}",
-                   *[_f((ph.get(k) or {}).get("mean_ms"), ".2f") for k in ("draft", "verify", "extend", "other")],
+                   *[_f((ph.get(k) or {}).get("mean_ms"), ".2f") for k in PHASES],
                    _f(c["cycle_ms"], ".2f"), _f(c["accept_len"], ".2f"),
                    " ".join(_f(r, ".2f") for r in c["per_position"]) or "-",
                    _f(c["per_stream_tok_s"]) + (f" [{iv[0]:.1f}, {iv[1]:.1f}]" if iv else ""),

@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import signal
+import subprocess
 import sys
 import tarfile
 import time
@@ -33,6 +36,38 @@ import campaign as C  # noqa: E402
 import yaml  # noqa: E402
 
 from sglang_eagle3_ext import server, sweep  # noqa: E402
+
+# Every server any plan starts, also those a hard stop catches inside campaign.start_all.
+LIVE: list[server.Server] = []
+_start = server.Server.start
+
+
+def _tracked_start(self: server.Server, *args: Any, **kwargs: Any) -> server.Server:
+    LIVE.append(self)
+    return _start(self, *args, **kwargs)
+
+
+server.Server.start = _tracked_start  # type: ignore[method-assign]
+
+
+def run_cli(cmd: list[str], log_path: Path, timeout: float, env: dict[str, str] | None = None) -> int:
+    """A CLI command that starts its own server (scan): on a hard stop it gets SIGINT, so it stops
+    its server and keeps what it measured (subprocess.run would SIGKILL it and leak the server)."""
+    t = time.monotonic()
+    with open(log_path, "w") as fh:
+        p = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+        try:
+            rc = p.wait(timeout=timeout)
+        except (KeyboardInterrupt, subprocess.TimeoutExpired):
+            p.send_signal(signal.SIGINT)
+            try:
+                p.wait(timeout=25)
+            except subprocess.TimeoutExpired:
+                p.kill()
+            raise
+    C.log(f"{cmd[3]} -> exit {rc} ({time.monotonic() - t:.1f} s)")
+    return rc
+
 
 P08 = ["--shape", "llama3-8b", "--acceptance", "0.8"]
 MOE = ["--shape", "moe", "--acceptance", "0.8"]
@@ -97,14 +132,50 @@ def bench_groups(specs: list[sweep.SweepSpec], started: dict[str, server.Server]
 def plan_scan_8b(out: Path) -> dict[str, server.Server]:
     build({"8b": P08}, out)
     specs, cfgs = specs_for([C.group("static", "8b", "draft", [0, 2, 5], [1, 8, 32])], out, 31000)
-    started = C.start_all(cfgs, stagger=90)
-    C.run(scan_cmd("8b", "0-5", "1,8,32", out / "scan", 31100, bs=32), out / "scan.txt", timeout=330,
-          env=scan_env())
+    started = C.start_all(cfgs, stagger=0 if REHEARSE else 90)
+    run_cli(scan_cmd("8b", "0-5", "1,8,32", out / "scan", 31100, bs=32), out / "scan.txt", timeout=330,
+            env=scan_env())
     bench_groups(specs, started, out)
     return started
 
 
-PLANS = {"scan-8b": plan_scan_8b}
+def transition(sv: server.Server, path: Path) -> None:
+    """Phases of low and high load in one run on one server (benchmarks/transition.py reads it)."""
+    C.run([*C.CLI, "bench", "--url", sv.url, "--concurrency", "1,32,8,64", "--runs", "3", "--warmup", "1",
+           "--max-tokens", "256", "--ignore-eos", "--label", f"{sv.cfg.name} transition", "--out", str(path)],
+          path.with_suffix(".txt"), timeout=150)
+
+
+SCAN_R4 = C.REPO / "docs" / "data" / "h200-2026-12-01-r4" / "scan-8b" / "scan"
+
+
+def plan_adapt_8b(out: Path) -> dict[str, server.Server]:
+    """Run-time step choosers on one machine: our policy on the scan's table, SGLang's EMA with its
+    default tiers and with the tiers the scan wrote, and static 5 / 3 steps; each benched at steady
+    loads 1 / 8 / 32 / 64 and on a transition workload, one server after the other."""
+    build({"8b": P08}, out)
+    scan_json = out / "scan.json"
+    shutil.copy(SCAN_R4 / "scan.json", scan_json)
+    shutil.copy(SCAN_R4 / "adaptive.json", out / "adaptive-scan.json")
+    conc = [1, 8, 32, 64]
+    pol = C.group("policy", "8b", "draft", [5], conc)
+    pol["launch"]["policy"] = str(scan_json)
+    groups = [pol,
+              C.group("ema-default", "8b", "draft", [7], conc, extra=["--speculative-adaptive"]),
+              C.group("static5", "8b", "draft", [5], conc),
+              C.group("ema-scan", "8b", "draft", [5], conc, adaptive=str(out / "adaptive-scan.json")),
+              C.group("static3", "8b", "draft", [3], conc)]
+    specs, cfgs = specs_for(groups, out, 31000)
+    started = C.start_all(cfgs, stagger=0 if REHEARSE else 90)
+    for spec in specs:
+        bench_groups([spec], started, out)
+        sv = started.get(f"{spec.name}-{spec.configs[0].slug}")
+        if sv is not None and sv.is_running():
+            transition(sv, out / spec.name / "transition.json")
+    return started
+
+
+PLANS = {"scan-8b": plan_scan_8b, "adapt-8b": plan_adapt_8b}
 
 
 def main() -> int:
@@ -137,7 +208,7 @@ def main() -> int:
         C.log(f"interrupted: {exc}")
     finally:
         signal.alarm(0)
-        for sv in started.values():
+        for sv in {id(x): x for x in [*LIVE, *started.values()]}.values():
             try:
                 sv.stop(grace=5)
             except Exception:  # noqa: BLE001
