@@ -52,6 +52,7 @@ from . import chunks, httpio
 from .errors import UserError
 from .prompts import Prompt, messages_of
 from .records import BenchResult, Ladder
+from .safeparse import json_loads
 
 SCHEMA = "eagle3_bench/1"
 LADDER_SCHEMA = "eagle3_ladder/1"
@@ -572,7 +573,7 @@ def read_json(path: str | Path) -> Any:
     """A JSON file, or one clear UserError (exit 2) for a missing or unreadable one."""
     p = Path(path)
     try:
-        return json.loads(p.read_text())
+        return json_loads(p.read_text())
     except FileNotFoundError as exc:
         raise UserError(f"{p}: no such file", exit_code=2) from exc
     except ValueError as exc:

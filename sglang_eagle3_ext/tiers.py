@@ -29,13 +29,13 @@ counts below the largest profiled one.
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 from typing import Any
 
 from .errors import UserError
 from .probes.window import ALL_PHASES
+from .safeparse import json_loads
 
 PHASES = ALL_PHASES  # draft, verify, extend, other, cycle (probes/window.py)
 
@@ -54,7 +54,7 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
         if not line.startswith("{"):
             continue
         try:
-            rec = json.loads(line)
+            rec = json_loads(line)
         except ValueError:
             continue
         if isinstance(rec, dict):

@@ -9,6 +9,7 @@ from pathlib import Path
 from .. import layers
 from ..console import out, print_json
 from ..errors import UserError
+from ..safeparse import json_loads
 
 HELP = "Check which target hidden-state layers feed the EAGLE-3 draft (our convention: output of layer k)."
 
@@ -45,7 +46,7 @@ def read_config(path: str, what: str) -> dict:
         raise UserError(f"--{what} {path}: no such file (expected a model folder with config.json "
                         "or the config.json itself)", exit_code=2)
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        data = json_loads(p.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise UserError(f"--{what} {p}: not valid JSON ({exc})", exit_code=2) from None
     if not isinstance(data, dict):
