@@ -15,7 +15,6 @@ prediction and the sweep's cost model read steady figures whenever they exist.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -418,6 +417,8 @@ def load(path: str | Path) -> ProfileRun:
     skipped with a note; a bad line anywhere else refuses the file, naming the line and field.
     Records of two ranks in one file are refused (each rank writes its own stream)."""
     p = Path(path)
+    if p.exists() and not p.is_file():  # a folder; a FIFO would block the read for ever
+        raise UserError(f"{path}: not a regular file")
     try:
         text = p.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
@@ -695,10 +696,10 @@ def read_client(path: str | Path) -> dict[str, Any]:
     doc: Any = None
     try:
         doc = json_loads(text)
-    except json.JSONDecodeError:
+    except ValueError:
         try:
             doc = json_loads(lines[-1]) if lines else None
-        except json.JSONDecodeError:
+        except ValueError:
             doc = None
     if not isinstance(doc, dict):
         raise UserError(f"{path}: not a bench result or a bench_serving JSON(L) result", exit_code=2)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from .. import layers
@@ -47,7 +46,7 @@ def read_config(path: str, what: str) -> dict:
                         "or the config.json itself)", exit_code=2)
     try:
         data = json_loads(p.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: bad JSON, too deep, not UTF-8
         raise UserError(f"--{what} {p}: not valid JSON ({exc})", exit_code=2) from None
     if not isinstance(data, dict):
         raise UserError(f"--{what} {p}: expected a JSON object", exit_code=2)
