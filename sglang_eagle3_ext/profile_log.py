@@ -347,8 +347,8 @@ def _phases_at(ph: Any, where: str, name: str, *, need_cycle: bool = False) -> N
         return
     if not isinstance(ph, dict):
         raise _bad(where, name, f"must be an object, got {type(ph).__name__}")
-    if need_cycle and not isinstance(ph.get(CYCLE), dict):
-        raise _bad(where, f"{name}.{CYCLE}", "is missing")
+    if need_cycle and not (isinstance(ph.get(CYCLE), dict) and _is_num(ph[CYCLE].get("mean_ms"))):
+        raise _bad(where, f"{name}.{CYCLE}.mean_ms", "is missing")
     for p, row in ph.items():
         if not isinstance(row, dict):
             raise _bad(where, f"{name}.{p}", f"must be an object, got {type(row).__name__}")
@@ -398,6 +398,8 @@ def _check_values(rec: dict[str, Any], where: str) -> None:
         _amount_at(bd, "extra_ms_per_join", where, "boundary.", signed=True)
         by_phase = _obj_at(bd, "extra_by_phase", where, "boundary.") or {}
         for k in by_phase:
+            if by_phase[k] is None:
+                raise _bad(where, f"boundary.extra_by_phase.{k}", "must be a number, got None")
             _amount_at(by_phase, k, where, "boundary.extra_by_phase.", signed=True)
         _phases_at(bd.get("phases"), where, "boundary.phases")
     for k, part in (_obj_at(rec, "by_batch", where, "") or {}).items():
@@ -633,8 +635,8 @@ def summarize(run: ProfileRun, *, all_windows: bool = False) -> dict[str, Any]:
     # the profiler's own measured read cost (records that carry it): host ms per window spent
     # waiting for the GPU and reading the timers, over the cycles it covered
     probe_us = None
-    if recs and all("probe_read_ms" in r and r.get("cycles") for r in recs):
-        spent = sum(r["probe_read_ms"] + r.get("probe_wait_ms", 0.0) for r in recs)
+    if recs and all(r.get("probe_read_ms") is not None and r.get("cycles") for r in recs):
+        spent = sum(r["probe_read_ms"] + (r.get("probe_wait_ms") or 0.0) for r in recs)
         probe_us = round(1000.0 * spent / sum(r["cycles"] for r in recs), 2)
     modes = sorted({str(r.get("mode")) for r in recs})
     ranks = sorted({r["rank"] for r in recs if isinstance(r.get("rank"), int)})
