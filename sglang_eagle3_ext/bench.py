@@ -256,7 +256,8 @@ def stream_chat(ep: Endpoint, body: dict[str, Any], rec: RequestRecord,
                   headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
         r = c.getresponse()
         if r.status != 200:
-            rec.error = f"HTTP {r.status}: {httpio.read_body(c, r, dl, cap=500)[:500].decode('utf-8', 'replace').strip()}"
+            dl.arm(c)
+            rec.error = f"HTTP {r.status}: {r.read(500).decode('utf-8', 'replace').strip()}"
             return rec
         for line in httpio.lines(c, r, dl):
             if not line.startswith(b"data:"):

@@ -250,3 +250,9 @@ def test_bench_document_round_trips_warnings(tmp_path, capsys):
                           "--max-tokens", "1", "--out", str(tmp_path / "b.json"))
     doc = json.loads((tmp_path / "b.json").read_text())
     assert rc == 1 and "no decode tok/s" in doc["warnings"][0] and "warning: run 0" in err
+
+
+def test_http_error_with_a_long_body_keeps_its_status():
+    with Hostile(chat_script(json_answer({"detail": "overloaded " * 5000}, 503))) as h:
+        res = bench.run_bench(_opts(h.url))
+    assert res["errors"][0].startswith("HTTP 503: ") and len(res["errors"][0]) < 600
