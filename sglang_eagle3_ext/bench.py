@@ -167,25 +167,23 @@ class Endpoint:
         self.scheme, self.host, self.port, self.base = parse_url(url)
         self.timeout_s = timeout_s
         self.aborted = False
-        self._inflight: set[http.client.HTTPConnection] = set()
+        self._inflight: set[socket.socket] = set()
         self._lock = threading.Lock()
 
-    def track(self, c: http.client.HTTPConnection, on: bool) -> None:
+    def track(self, sock: socket.socket, on: bool) -> None:
         with self._lock:
-            (self._inflight.add if on else self._inflight.discard)(c)
+            (self._inflight.add if on else self._inflight.discard)(sock)
 
     def abort(self) -> None:
         """Shut every open stream down: blocked reads return at once and their threads end."""
         with self._lock:
             self.aborted = True
-            conns = list(self._inflight)
-        for c in conns:
-            sock = c.sock
-            if sock is not None:
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+            socks = list(self._inflight)
+        for sock in socks:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def conn(self, timeout_s: float | None = None) -> http.client.HTTPConnection:
         cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
@@ -196,8 +194,9 @@ class Endpoint:
         """(status, body) of a GET; the whole exchange within ``timeout_s``, the body capped."""
         dl = httpio.Deadline(timeout_s)
         c = self.conn(timeout_s)
-        dl.watch(c)
+        r = None
         try:
+            dl.watch(c)
             c.request("GET", self.base + path)
             r = c.getresponse()
             return r.status, httpio.read_body(c, r, dl).decode("utf-8", "replace")
@@ -207,6 +206,8 @@ class Endpoint:
             raise
         finally:
             dl.cancel()
+            if r is not None:
+                r.close()
             c.close()
 
 
@@ -244,14 +245,18 @@ def stream_chat(ep: Endpoint, body: dict[str, Any], rec: RequestRecord,
     payload = json.dumps(body).encode()
     dl = httpio.Deadline(ep.timeout_s)
     c = ep.conn()
-    ep.track(c, True)
+    sock = None
+    r = None
     done = False
     usage_seen = False
     t_sent = clock()
     try:
         if ep.aborted:
             raise OSError("interrupted")
-        dl.watch(c)
+        sock = dl.watch(c)
+        ep.track(sock, True)
+        if ep.aborted:  # Ctrl-C while connecting
+            raise OSError("interrupted")
         c.request("POST", ep.base + "/v1/chat/completions", body=payload,
                   headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
         r = c.getresponse()
@@ -284,7 +289,10 @@ def stream_chat(ep: Endpoint, body: dict[str, Any], rec: RequestRecord,
             rec.error = f"{type(exc).__name__}: {exc}"
     finally:
         dl.cancel()
-        ep.track(c, False)
+        if sock is not None:
+            ep.track(sock, False)
+        if r is not None:
+            r.close()
         c.close()
     if rec.error is None and rec.ttft_s is None:
         rec.error = "stream ended without any generated text"

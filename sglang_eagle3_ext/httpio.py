@@ -40,6 +40,7 @@ class Deadline:
         self._end = clock() + seconds
         self.fired = False
         self._timer: threading.Timer | None = None
+        self._sock: socket.socket | None = None
 
     def left(self) -> float:
         return self._end - self._clock()
@@ -54,19 +55,25 @@ class Deadline:
     def message(self) -> str:
         return f"no complete answer after {self.seconds:g} s (--timeout)"
 
-    def watch(self, conn: http.client.HTTPConnection) -> None:
+    def watch(self, conn: http.client.HTTPConnection) -> socket.socket:
+        """Connect ``conn`` (bounded by its timeout) and cut its socket at the deadline. The socket
+        is kept here: http.client drops ``conn.sock`` once a response says it will close (HTTP/1.0),
+        while the response still reads from it."""
+        conn.connect()
+        self._sock = conn.sock
+
         def fire() -> None:
             self.fired = True
-            sock = conn.sock
-            if sock is not None:
+            if self._sock is not None:
                 try:
-                    sock.shutdown(socket.SHUT_RDWR)
+                    self._sock.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
 
         self._timer = threading.Timer(max(0.0, self.left()), fire)
         self._timer.daemon = True
         self._timer.start()
+        return conn.sock
 
     def cancel(self) -> None:
         if self._timer is not None:
@@ -75,9 +82,8 @@ class Deadline:
     def arm(self, conn: http.client.HTTPConnection) -> None:
         """Before a blocking read: the socket waits at most the time left."""
         left = self.check()
-        sock = conn.sock
-        if sock is not None:
-            sock.settimeout(min(left, MAX_TIMEOUT_S))
+        if self._sock is not None:
+            self._sock.settimeout(min(left, MAX_TIMEOUT_S))
 
 
 def lines(conn: http.client.HTTPConnection, resp: http.client.HTTPResponse, deadline: Deadline,
@@ -99,6 +105,8 @@ def lines(conn: http.client.HTTPConnection, resp: http.client.HTTPResponse, dead
         deadline.arm(conn)
         data = resp.read1(READ_SIZE)
         if not data:
+            if deadline.fired:  # the watchdog shut the socket: that end of stream is ours
+                raise TimeoutError(deadline.message())
             if buf:
                 yield bytes(buf)
             return
@@ -113,6 +121,8 @@ def read_body(conn: http.client.HTTPConnection, resp: http.client.HTTPResponse, 
         deadline.arm(conn)
         data = resp.read1(READ_SIZE)
         if not data:
+            if deadline.fired:
+                raise TimeoutError(deadline.message())
             return bytes(buf)
         buf += data
         if len(buf) > cap:

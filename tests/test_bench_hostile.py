@@ -256,3 +256,23 @@ def test_http_error_with_a_long_body_keeps_its_status():
     with Hostile(chat_script(json_answer({"detail": "overloaded " * 5000}, 503))) as h:
         res = bench.run_bench(_opts(h.url))
     assert res["errors"][0].startswith("HTTP 503: ") and len(res["errors"][0]) < 600
+
+
+def test_case8_deadline_holds_after_an_http10_response_drops_its_socket():
+    """http.client forgets conn.sock once an HTTP/1.0 answer says it will close; the deadline must
+    still lower each read's wait (a byte every 0.7 s against --timeout 1 ends near 1 s, not 1.4)."""
+    def script(method, path, write, stop):
+        if method == "GET":
+            write(json_answer({"data": [{"id": "m"}]}))
+            return
+        write(SSE_HEAD)
+        for _ in range(20):
+            if stop.wait(0.7):
+                return
+            write(b"x")
+
+    with Hostile(script) as h:
+        t0 = time.monotonic()
+        res = bench.run_bench(_opts(h.url, timeout_s=1.0))
+        took = time.monotonic() - t0
+    assert "--timeout" in res["errors"][0] and took < 1.3, took
