@@ -44,7 +44,10 @@ PHASES = ALL_PHASES  # draft, verify, extend, other, cycle (probes/window.py)
 
 
 def read_records(path: str | Path) -> list[dict[str, Any]]:
-    """Window records of a probe JSONL (lines that are not records are skipped)."""
+    """Window records of a probe JSONL (lines that are not valid records are skipped: a NaN or a
+    word where a count belongs must not reach the fits; ``profile`` names such lines)."""
+    from .profile_log import _check_values
+
     out = []
     p = Path(path)
     if not p.exists():
@@ -57,8 +60,13 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
             rec = json_loads(line)
         except ValueError:
             continue
-        if isinstance(rec, dict):
-            out.append(rec)
+        if not isinstance(rec, dict):
+            continue
+        try:  # the nested values the fits read (by_batch, spec, per_position), checked as `profile` does
+            _check_values({**rec, "phases": rec.get("phases") or {}}, str(p))
+        except UserError:
+            continue
+        out.append(rec)
     return out
 
 

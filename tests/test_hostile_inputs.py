@@ -310,3 +310,18 @@ def test_case20_profile_prints_file_text_verbatim(tmp_path, capsys):
     f = _jsonl(tmp_path, recs)
     rc, out, _ = run_cli(capsys, "profile", f)
     assert rc == 0 and "\x1b" not in out and "\x07" not in out and "[/]\\x1b]0;pwned\\x07" in out
+
+
+def test_case14_sweep_tiers_skip_records_with_bad_values(tmp_path):
+    """The sweep's tier analysis reads probe files too: a record with a word for a batch size or a
+    NaN per-stream figure is skipped there (``profile`` names it), never a crash in the fits."""
+    from sglang_eagle3_ext import tiers
+
+    good = copy.deepcopy(_RECS[1])
+    bad_key = dict(copy.deepcopy(good), by_batch={"one": {"cycles": 1}})
+    bad_val = copy.deepcopy(good)
+    next(iter(bad_val["by_batch"].values()))["tokens"] = float("nan")
+    f = _jsonl(tmp_path, [good, bad_key, bad_val])
+    recs = tiers.read_records(f)
+    assert len(recs) == 1
+    assert tiers.by_batch(recs) == profile_log.by_batch_summary([good])
