@@ -419,8 +419,6 @@ def load(path: str | Path) -> ProfileRun:
     skipped with a note; a bad line anywhere else refuses the file, naming the line and field.
     Records of two ranks in one file are refused (each rank writes its own stream)."""
     p = Path(path)
-    if p.exists() and not p.is_file():  # a folder; a FIFO would block the read for ever
-        raise UserError(f"{path}: not a regular file")
     try:
         text = p.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:

@@ -325,3 +325,22 @@ def test_case14_sweep_tiers_skip_records_with_bad_values(tmp_path):
     recs = tiers.read_records(f)
     assert len(recs) == 1
     assert tiers.by_batch(recs) == profile_log.by_batch_summary([good])
+
+
+def test_case15_a_named_pipe_still_reads(tmp_path, capsys):
+    """Only unnamed siblings must be regular files: `profile <(grep ... server.log)` reads a pipe."""
+    import threading
+
+    fifo = tmp_path / "live.fifo"
+    os.mkfifo(fifo)
+    data = "\n".join(json.dumps(r) for r in _RECS) + "\n"
+
+    def feed() -> None:
+        with open(fifo, "w") as w:
+            w.write(data)
+
+    t = threading.Thread(target=feed, daemon=True)
+    t.start()
+    rc, out, _ = run_cli(capsys, "profile", fifo, "--json")
+    t.join(5)
+    assert rc == 0 and json.loads(out)["files"][0]["windows"] >= 1

@@ -196,6 +196,9 @@ def _load_group(group: list[str], named: set[str]) -> tuple[list[profile_log.Pro
         if f in named:
             loaded.append(profile_log.load(f))
             continue
+        if not Path(f).is_file():  # a folder; a FIFO would block the read for ever
+            skipped.append(f"rank sibling skipped: {f}: not a regular file")
+            continue
         try:
             loaded.append(profile_log.load(f))
         except UserError as exc:
