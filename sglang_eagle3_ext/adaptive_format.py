@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UserError
+from .safeparse import json_loads
 
 SPEC_FILE = "srt/speculative/adaptive_spec_params.py"
 
@@ -76,7 +77,7 @@ class ReleaseLoader:
         for a top-level ``candidate_steps``), so this is checked here, not left to its loader.
         """
         try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            data = json_loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None  # the loader itself reports unreadable files
         if not isinstance(data, dict):

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import re
 import socket
 import statistics
@@ -47,9 +48,11 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from . import chunks, httpio
 from .errors import UserError
 from .prompts import Prompt, messages_of
 from .records import BenchResult, Ladder
+from .safeparse import json_loads
 
 SCHEMA = "eagle3_bench/1"
 LADDER_SCHEMA = "eagle3_ladder/1"
@@ -110,6 +113,7 @@ class RunRecord:
     accept_source: str = "none"
     verify_ct: int | None = None
     metrics_clean: bool | None = None
+    warning: str | None = None              # a figure left out, and why (counters that cannot be true)
 
 
 @dataclass
@@ -130,15 +134,29 @@ class BenchOptions:
 
 
 def parse_url(url: str) -> tuple[str, str, int, str]:
-    """``http://host:port[/v1]`` -> (scheme, host, port, base path without /v1)."""
-    u = urllib.parse.urlparse(url if "://" in url else f"http://{url}")
+    """``http://host:port[/v1]`` -> (scheme, host, port, base path without /v1); UserError(2) for a
+    URL http.client would refuse later (bad port, unclosed bracket, spaces or control characters)."""
+    bad = UserError(f"--url must look like http://HOST:PORT, got {url!r}", exit_code=2)
+    if any(ord(ch) <= 32 or ord(ch) == 127 for ch in url):
+        raise bad
+    try:
+        u = urllib.parse.urlparse(url if "://" in url else f"http://{url}")
+        port = u.port
+    except ValueError as exc:  # "Port out of range 0-65535", "Invalid IPv6 URL", a port that is no number
+        raise UserError(f"--url {url!r}: {exc}", exit_code=2) from None
     if u.scheme not in ("http", "https") or not u.hostname:
-        raise UserError(f"--url must look like http://HOST:PORT, got {url!r}", exit_code=2)
+        raise bad
+    if port == 0:
+        raise UserError(f"--url {url!r}: port 0 is no server's port", exit_code=2)
     base = u.path.rstrip("/")
     if base.endswith("/v1"):
         base = base[:-3]
-    port = u.port or (443 if u.scheme == "https" else 80)
-    return u.scheme, u.hostname, port, base
+    return u.scheme, u.hostname, port or (443 if u.scheme == "https" else 80), base
+
+
+# What a request to a server may raise besides our own BadStream: the socket (OSError, incl.
+# timeouts), the HTTP layer, and ValueError (http.client's InvalidURL, UnicodeError of an IDNA host).
+_REQUEST_ERRORS = (OSError, http.client.HTTPException, ValueError, httpio.BadStream)
 
 
 class Endpoint:
@@ -149,52 +167,69 @@ class Endpoint:
         self.scheme, self.host, self.port, self.base = parse_url(url)
         self.timeout_s = timeout_s
         self.aborted = False
-        self._inflight: set[http.client.HTTPConnection] = set()
+        self._inflight: set[socket.socket] = set()
         self._lock = threading.Lock()
 
-    def track(self, c: http.client.HTTPConnection, on: bool) -> None:
+    def track(self, sock: socket.socket, on: bool) -> None:
         with self._lock:
-            (self._inflight.add if on else self._inflight.discard)(c)
+            (self._inflight.add if on else self._inflight.discard)(sock)
 
     def abort(self) -> None:
         """Shut every open stream down: blocked reads return at once and their threads end."""
         with self._lock:
             self.aborted = True
-            conns = list(self._inflight)
-        for c in conns:
-            sock = c.sock
-            if sock is not None:
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+            socks = list(self._inflight)
+        for sock in socks:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
-    def conn(self) -> http.client.HTTPConnection:
+    def conn(self, timeout_s: float | None = None) -> http.client.HTTPConnection:
         cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
-        return cls(self.host, self.port, timeout=self.timeout_s)
+        t = self.timeout_s if timeout_s is None else timeout_s
+        return cls(self.host, self.port, timeout=min(t, httpio.MAX_TIMEOUT_S))
 
     def get(self, path: str, timeout_s: float = 10.0) -> tuple[int, str]:
-        c = self.conn()
-        c.timeout = timeout_s
+        """(status, body) of a GET; the whole exchange within ``timeout_s``, the body capped."""
+        dl = httpio.Deadline(timeout_s)
+        c = self.conn(timeout_s)
+        r = None
         try:
+            dl.watch(c)
             c.request("GET", self.base + path)
             r = c.getresponse()
-            return r.status, r.read().decode("utf-8", "replace")
+            return r.status, httpio.read_body(c, r, dl).decode("utf-8", "replace")
+        except _REQUEST_ERRORS:
+            if dl.fired:
+                raise TimeoutError(f"no answer to GET {path} in {timeout_s:g} s") from None
+            raise
         finally:
+            dl.cancel()
+            if r is not None:
+                r.close()
             c.close()
 
 
-def detect_model(ep: Endpoint) -> str:
+def model_from(body: str) -> str | None:
+    """First id of a ``/v1/models`` answer, or None when the answer has none (any shape)."""
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    items = data.get("data") if isinstance(data, dict) else None
+    first = items[0] if isinstance(items, list) and items else None
+    mid = first.get("id") if isinstance(first, dict) else None
+    return mid if isinstance(mid, str) and mid else None
+
+
+def detect_model(ep: Endpoint, timeout_s: float = 10.0) -> str:
     """First id of ``/v1/models``; SGLang accepts any name, other servers need the real one."""
     try:
-        status, body = ep.get("/v1/models")
-        if status == 200:
-            data = json.loads(body).get("data") or []
-            if data and data[0].get("id"):
-                return str(data[0]["id"])
-    except (OSError, ValueError):
-        pass
-    return "default"
+        status, body = ep.get("/v1/models", timeout_s)
+    except _REQUEST_ERRORS:
+        return "default"
+    return (model_from(body) if status == 200 else None) or "default"
 
 
 def stream_chat(ep: Endpoint, body: dict[str, Any], rec: RequestRecord,
@@ -202,30 +237,34 @@ def stream_chat(ep: Endpoint, body: dict[str, Any], rec: RequestRecord,
     """Send one streaming chat completion and fill ``rec`` as chunks arrive.
 
     A stream that ends without a finish_reason and without ``[DONE]`` was cut by the server (or
-    by Ctrl-C): the request failed, whatever it had received. ``ep.timeout_s`` bounds the whole
-    request (checked per line; the socket timeout bounds each blocking read).
+    by Ctrl-C): the request failed, whatever it had received. ``ep.timeout_s`` is a total
+    deadline for the request (httpio.Deadline: every read waits at most the time left, and a
+    watchdog cuts a server that trickles bytes); a line over httpio.LINE_CAP, a chunk of the
+    wrong shape, no usage, or counters that cannot be true (chunks.impossible_counts) fail it.
     """
     payload = json.dumps(body).encode()
+    dl = httpio.Deadline(ep.timeout_s)
     c = ep.conn()
-    ep.track(c, True)
+    sock = None
+    r = None
     done = False
+    usage_seen = False
+    t_sent = clock()
     try:
         if ep.aborted:
             raise OSError("interrupted")
-        t_sent = clock()
+        sock = dl.watch(c)
+        ep.track(sock, True)
+        if ep.aborted:  # Ctrl-C while connecting
+            raise OSError("interrupted")
         c.request("POST", ep.base + "/v1/chat/completions", body=payload,
                   headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
         r = c.getresponse()
         if r.status != 200:
+            dl.arm(c)
             rec.error = f"HTTP {r.status}: {r.read(500).decode('utf-8', 'replace').strip()}"
             return rec
-        while True:
-            line = r.readline()
-            if not line:
-                break
-            now = clock() - t_sent
-            if now > ep.timeout_s:
-                raise TimeoutError(f"no end of stream after {ep.timeout_s:g} s (--timeout)")
+        for line in httpio.lines(c, r, dl):
             if not line.startswith(b"data:"):
                 continue
             data = line[5:].strip()
@@ -234,57 +273,83 @@ def stream_chat(ep: Endpoint, body: dict[str, Any], rec: RequestRecord,
                 break
             try:
                 chunk = json.loads(data)
-            except ValueError:
-                continue
-            _take_chunk(chunk, rec, now)
-    except TimeoutError as exc:  # socket.timeout is TimeoutError too
-        rec.error = str(exc) if "--timeout" in str(exc) else f"timed out after {ep.timeout_s:g} s (--timeout)"
-    except (OSError, http.client.HTTPException) as exc:
-        rec.error = f"{type(exc).__name__}: {exc}"
+            except (ValueError, RecursionError):
+                continue  # a keep-alive or partial line: SSE readers skip what they cannot parse
+            usage_seen = _take_chunk(chunk, rec, clock() - t_sent) or usage_seen
+            if rec.error:
+                break
+    except httpio.BadStream as exc:
+        rec.error = str(exc)
+    except _REQUEST_ERRORS as exc:  # socket.timeout is TimeoutError, an OSError
+        if dl.fired or isinstance(exc, TimeoutError):
+            rec.error = dl.message()
+        elif ep.aborted:
+            rec.error = "interrupted (Ctrl-C)"
+        else:
+            rec.error = f"{type(exc).__name__}: {exc}"
     finally:
-        ep.track(c, False)
+        dl.cancel()
+        if sock is not None:
+            ep.track(sock, False)
+        if r is not None:
+            r.close()
         c.close()
     if rec.error is None and rec.ttft_s is None:
         rec.error = "stream ended without any generated text"
     elif rec.error is None and not done and rec.finish_reason is None:
         rec.error = "stream closed by the server before the end (no finish_reason, no [DONE])"
+    elif rec.error is None and not usage_seen:
+        rec.error = ("the server reported no usage.completion_tokens (bench counts the server's tokens "
+                     "and asks for them with stream_options.include_usage; this server ignored it)")
+    elif rec.error is None:
+        rec.error = chunks.impossible_counts(rec.completion_tokens, rec.first_chunk_tokens if
+                                             rec.first_tokens_exact else 0, rec.spec_verify_ct,
+                                             int(body.get("max_tokens") or chunks.MAX_COUNT))
     rec.finalize()
     return rec
 
 
-def _take_chunk(chunk: dict[str, Any], rec: RequestRecord, now: float) -> None:
+def _take_chunk(chunk: Any, rec: RequestRecord, now: float) -> bool:
+    """Fold one chunk into ``rec``; True when it carried usage.completion_tokens. BadStream for a
+    chunk of the wrong shape (chunks.py)."""
+    chunk = chunks.chunk_object(chunk)
     if "error" in chunk and not chunk.get("choices"):
         err = chunk["error"]
-        rec.error = str(err.get("message", err) if isinstance(err, dict) else err)
-        return
-    usage = chunk.get("usage") or None
+        msg = err.get("message", err) if isinstance(err, dict) else err
+        rec.error = f"the server sent an error: {str(msg)[:300]}"
+        return False
+    usage = chunks.obj(chunk, "usage", "") or {}
+    tokens = chunks.count(usage, "completion_tokens", "usage.")
+    prompt = chunks.count(usage, "prompt_tokens", "usage.")
     has_text = False
-    for ch in chunk.get("choices") or []:
-        delta = ch.get("delta") or {}
-        if delta.get("content") or delta.get("reasoning_content"):
+    for i, ch in enumerate(chunks.choices(chunk)):
+        delta = chunks.obj(ch, "delta", f"choices[{i}].") or {}
+        if chunks.text(delta, "content", f"choices[{i}].delta.") or chunks.text(
+                delta, "reasoning_content", f"choices[{i}].delta."):
             has_text = True
-        if ch.get("finish_reason"):
-            rec.finish_reason = ch["finish_reason"]
+        fr = chunks.text(ch, "finish_reason", f"choices[{i}].")
+        if fr:
+            rec.finish_reason = fr
+    spec = chunks.spec_details(chunk)
+    verify = chunks.count(spec, "spec_verify_ct", "sglext.spec_tokens_details.") if spec else None
+    accept = chunks.number(spec, "spec_accept_length", "sglext.spec_tokens_details.") if spec else None
     if has_text:
         rec.content_chunks += 1
         rec.last_token_s = now
         if rec.ttft_s is None:
             rec.ttft_s = now
-            if usage and usage.get("completion_tokens") is not None:
-                rec.first_chunk_tokens = int(usage["completion_tokens"])
+            if tokens is not None:
+                rec.first_chunk_tokens = tokens
                 rec.first_tokens_exact = True
-    if usage:
-        if usage.get("completion_tokens") is not None:
-            rec.completion_tokens = int(usage["completion_tokens"])
-        if usage.get("prompt_tokens") is not None:
-            rec.prompt_tokens = int(usage["prompt_tokens"])
-    spec = (chunk.get("sglext") or {}).get("spec_tokens_details")
-    if isinstance(spec, list):
-        spec = spec[0] if spec else None
-    if isinstance(spec, dict) and spec.get("spec_verify_ct"):
-        rec.spec_verify_ct = int(spec["spec_verify_ct"])
-        if spec.get("spec_accept_length"):
-            rec.spec_accept_length = float(spec["spec_accept_length"])
+    if tokens is not None:
+        rec.completion_tokens = tokens
+    if prompt is not None:
+        rec.prompt_tokens = prompt
+    if verify:
+        rec.spec_verify_ct = verify
+        if accept:
+            rec.spec_accept_length = accept
+    return tokens is not None
 
 
 # ---------------------------------------------------------------- metrics
@@ -301,16 +366,18 @@ def parse_counters(text: str, names: tuple[str, ...] = (_COUNTER_VERIFY, _COUNTE
         if not m or m.group(1) not in names:
             continue
         try:
-            sums[m.group(1)] = sums.get(m.group(1), 0.0) + float(m.group(3))
+            v = float(m.group(3))
         except ValueError:
             continue
+        if math.isfinite(v):  # NaN / +Inf samples are no counts
+            sums[m.group(1)] = sums.get(m.group(1), 0.0) + v
     return sums
 
 
 def scrape(ep: Endpoint) -> dict[str, float] | None:
     try:
-        status, body = ep.get("/metrics", timeout_s=5.0)
-    except (OSError, http.client.HTTPException):
+        status, body = ep.get("/metrics", timeout_s=min(5.0, ep.timeout_s))
+    except _REQUEST_ERRORS:
         return None
     if status != 200:
         return None
@@ -347,9 +414,9 @@ def _stream_all(ep: Endpoint, bodies: list[dict[str, Any]], recs: list[RequestRe
     never answers cannot hold the process after an interrupt.
     """
     if len(recs) == 1:
-        stream_chat(ep, bodies[0], recs[0])
+        _guarded(ep, bodies[0], recs[0])
         return
-    threads = [threading.Thread(target=stream_chat, args=(ep, b, r), daemon=True)
+    threads = [threading.Thread(target=_guarded, args=(ep, b, r), daemon=True)
                for b, r in zip(bodies, recs, strict=True)]
     try:
         for t in threads:
@@ -360,6 +427,15 @@ def _stream_all(ep: Endpoint, bodies: list[dict[str, Any]], recs: list[RequestRe
     except KeyboardInterrupt:
         ep.abort()
         raise
+
+
+def _guarded(ep: Endpoint, body: dict[str, Any], rec: RequestRecord) -> None:
+    """stream_chat, whose every failure ends in ``rec.error``: a worker thread never dies with a
+    traceback on stderr while its request counts as fine."""
+    try:
+        stream_chat(ep, body, rec)
+    except Exception as exc:  # noqa: BLE001 - last resort: the request fails, the bench goes on
+        rec.error = f"unexpected {type(exc).__name__}: {exc} (a bug in sgl-eagle3: please report it)"
 
 
 def run_once(ep: Endpoint, opts: BenchOptions, model: str, index: int) -> RunRecord:
@@ -386,7 +462,10 @@ def run_once(ep: Endpoint, opts: BenchOptions, model: str, index: int) -> RunRec
         if after is not None:
             dv = after[_COUNTER_VERIFY] - before[_COUNTER_VERIFY]
             dg = after[_COUNTER_GEN] - before[_COUNTER_GEN]
-            if dv > 0:
+            if dv > 0 and dg < dv:  # every verify yields >= 1 token: an accept length < 1 is no figure
+                run.warning = (f"run {index}: counter differences cannot be true ({dg:g} generated tokens "
+                               f"over {dv:g} verify calls, accept length < 1); accept length left out")
+            elif dv > 0:
                 run.verify_ct = int(dv)
                 run.accept_length = dg / dv
                 run.accept_source = "metrics"
@@ -425,16 +504,20 @@ def run_bench(opts: BenchOptions, progress: Callable[[str, int, int], None] | No
     if opts.runs < 1 or opts.warmup < 0 or opts.concurrency < 1 or opts.max_tokens < 1:
         raise UserError("--runs, --concurrency and --max-tokens must be >= 1, --warmup >= 0",
                         exit_code=2)
-    if not opts.timeout_s > 0:
-        raise UserError(f"--timeout {opts.timeout_s}: must be > 0 seconds", exit_code=2)
+    if not 0 < opts.timeout_s <= httpio.MAX_TIMEOUT_S:  # NaN fails too; inf overflows socket waits
+        raise UserError(f"--timeout {opts.timeout_s}: give seconds, more than 0 and at most "
+                        f"{httpio.MAX_TIMEOUT_S:g}", exit_code=2)
     if not opts.prompts:
         raise UserError("no prompts given", exit_code=2)
     ep = Endpoint(opts.url, opts.timeout_s)
+    probe_s = min(10.0, opts.timeout_s)  # the probe waits no longer than one request may
     try:
-        status, _ = ep.get("/v1/models", timeout_s=10.0)
-    except (OSError, http.client.HTTPException) as exc:
+        status, body = ep.get("/v1/models", timeout_s=probe_s)
+    except OSError as exc:  # refused, unreachable, or no answer in probe_s (a timeout)
         raise UserError(f"cannot reach {opts.url}: {exc}") from exc
-    model = opts.model or (detect_model(ep) if status == 200 else "default")
+    except (http.client.HTTPException, ValueError, httpio.BadStream):
+        status, body = 0, ""  # it answered, badly: the model name stays unknown ("default")
+    model = opts.model or (model_from(body) if status == 200 else None) or "default"
     runs: list[RunRecord] = []
     warm: list[RunRecord] = []
     total = opts.warmup + opts.runs
@@ -454,6 +537,11 @@ def build_result(opts: BenchOptions, model: str, runs: list[RunRecord],
     # A run counts only when every one of its requests finished: a cut stream is not a fast one.
     good = [r for r in runs if r.decode_tok_s is not None and not any(q.error for q in r.requests)]
     errors = [q.error for r in runs for q in r.requests if q.error]
+    warnings = [r.warning for r in runs if r.warning]
+    for r in runs:  # a run that failed nothing yet has no decode rate says why
+        if not any(q.error for q in r.requests) and r.decode_tok_s is None:
+            warnings.append(f"run {r.index}: no decode tok/s (every token came in the first chunk; "
+                            "a --max-tokens above the tokens of one chunk gives one)")
     sources = sorted({r.accept_source for r in good})
     acc_runs = [r for r in good if r.accept_length is not None]
     tokens = sum(r.completion_tokens for r in acc_runs)
@@ -484,6 +572,7 @@ def build_result(opts: BenchOptions, model: str, runs: list[RunRecord],
             "failed_requests": len(errors),
         },
         "errors": errors[:20],
+        "warnings": warnings[:20],
         "runs": [asdict(r) for r in runs],
         "warmup_runs": [asdict(r) for r in warm],
     }
@@ -493,7 +582,7 @@ def read_json(path: str | Path) -> Any:
     """A JSON file, or one clear UserError (exit 2) for a missing or unreadable one."""
     p = Path(path)
     try:
-        return json.loads(p.read_text())
+        return json_loads(p.read_text())
     except FileNotFoundError as exc:
         raise UserError(f"{p}: no such file", exit_code=2) from exc
     except ValueError as exc:

@@ -13,15 +13,18 @@ from typing import Any
 
 from .bench import LADDER_SCHEMA, read_json
 from .bench import SCHEMA as BENCH_SCHEMA
+from .console import clean, plain
 from .errors import UserError
-from .records import BenchResult, SweepResults
+from .records import BenchResult, SweepResults, amount_error
 
 SWEEP_SCHEMA = "eagle3_sweep/1"
 METRICS = ("decode_tok_s", "e2e_tok_s", "throughput_tok_s")
 
 
 def _num_or_none(x: Any) -> bool:
-    return x is None or (isinstance(x, (int, float)) and not isinstance(x, bool))
+    """None, or a finite rate >= 0: NaN, Infinity (which JSON readers accept) and negative tok/s
+    are no measurement."""
+    return x is None or amount_error(x) is None
 
 
 def _checked(p: Path, doc: Any, where: str) -> dict[str, Any]:
@@ -34,9 +37,11 @@ def _checked(p: Path, doc: Any, where: str) -> dict[str, Any]:
         if v is None:
             continue
         if not isinstance(v, dict) or not all(k in v and _num_or_none(v[k]) for k in ("avg", "peak")):
-            raise UserError(f"{p}: {where} summary.{m} needs numeric 'avg' and 'peak'", exit_code=2)
+            got = {k: v.get(k) for k in ("avg", "peak")} if isinstance(v, dict) else v
+            raise UserError(f"{p}: {where} summary.{m} needs 'avg' and 'peak' as finite numbers >= 0 "
+                            f"(got {got!r:.80})", exit_code=2)
     if not _num_or_none(summary.get("accept_length")):
-        raise UserError(f"{p}: {where} summary.accept_length is not a number", exit_code=2)
+        raise UserError(f"{p}: {where} summary.accept_length is not a finite number >= 0", exit_code=2)
     if doc.get("label") is not None and not isinstance(doc["label"], str):
         raise UserError(f"{p}: {where} label is not text", exit_code=2)
     return doc
@@ -132,15 +137,21 @@ def _num(x: float | None, nd: int = 1) -> str:
 
 
 def table_lines(rs: list[dict[str, Any]]) -> list[list[str]]:
-    """Cells as printed: config, tok/s avg, tok/s peak, accept len, vs baseline."""
-    return [[str(r["config"]), _num(r["tok_s_avg"]), _num(r["tok_s_peak"]),
+    """Cells as printed: config, tok/s avg, tok/s peak, accept len, vs baseline. A label is input:
+    control characters (escape codes) are shown, not sent (console.clean)."""
+    return [[clean(r["config"]), _num(r["tok_s_avg"]), _num(r["tok_s_peak"]),
              _num(r["accept_length"], 2), fmt_pct(r)] for r in rs]
+
+
+def _md(cells: list[str]) -> list[str]:
+    """Markdown cells: a "|" in a label would split the row."""
+    return [c.replace("|", "\\|") for c in cells]
 
 
 def markdown(rs: list[dict[str, Any]]) -> str:
     head = "| Config | tok/s (avg) | tok/s (peak) | accept len (incl. bonus) | vs baseline |"
     sep = "|---|:-:|:-:|:-:|:-:|"
-    return "\n".join([head, sep] + ["| " + " | ".join(c) + " |" for c in table_lines(rs)])
+    return "\n".join([head, sep] + ["| " + " | ".join(_md(c)) + " |" for c in table_lines(rs)])
 
 
 def rich_table(rs: list[dict[str, Any]]) -> Any:
@@ -153,7 +164,7 @@ def rich_table(rs: list[dict[str, Any]]) -> Any:
     for c in ("tok/s (avg)", "tok/s (peak)", "accept len", "vs baseline"):
         t.add_column(c, justify="right")
     for cells in table_lines(rs):
-        t.add_row(*cells)
+        t.add_row(*map(plain, cells))  # no markup from labels
     return t
 
 
@@ -219,8 +230,31 @@ def load_ladders(paths: list[str]) -> list[dict[str, Any]]:
     docs: list[dict[str, Any]] = []
     for p in map(_scan_path, paths):
         data = _read(p)
-        docs += _sweep_ladders(data) or _scan_ladders(data, p) or [load_ladder(p)]
+        for d in _sweep_ladders(data) or _scan_ladders(data, p) or [load_ladder(p)]:
+            docs.append(_checked_ladder(p, d))
     return docs
+
+
+_LEVEL_FIGURES = ("per_stream_tok_s", "throughput_tok_s", "ttft_s", "accept_length")
+
+
+def _checked_ladder(p: str, doc: dict[str, Any]) -> dict[str, Any]:
+    """Each level: a concurrency (whole number >= 1) and a summary of finite figures >= 0."""
+    levels = doc.get("levels")
+    if not isinstance(levels, list):
+        raise UserError(f"{p}: ladder 'levels' is not a list", exit_code=2)
+    if doc.get("label") is not None and not isinstance(doc["label"], str):
+        raise UserError(f"{p}: ladder label is not text", exit_code=2)
+    for i, lv in enumerate(levels):
+        s = lv.get("summary") if isinstance(lv, dict) else None
+        n = lv.get("concurrency") if isinstance(lv, dict) else None
+        if not isinstance(s, dict) or not (isinstance(n, int) and not isinstance(n, bool) and n >= 1):
+            raise UserError(f"{p}: ladder level {i} needs a concurrency >= 1 and a summary object", exit_code=2)
+        for k in _LEVEL_FIGURES:
+            if not _num_or_none(s.get(k)):
+                raise UserError(f"{p}: ladder level {i} summary.{k} is not a finite number >= 0 "
+                                f"(got {s.get(k)!r:.40})", exit_code=2)
+    return doc
 
 
 def ladder_rows(docs: list[dict[str, Any]], baseline: str | None = None) -> list[dict[str, Any]]:
@@ -241,13 +275,13 @@ def ladder_rows(docs: list[dict[str, Any]], baseline: str | None = None) -> list
                 continue
             ref = base.get(n) or {}
             out.append({"concurrency": n, "config": d.get("label"), "is_baseline": i == b,
-                        "per_stream_tok_s": s["per_stream_tok_s"],
-                        "throughput_tok_s": s["throughput_tok_s"], "ttft_s": s["ttft_s"],
-                        "accept_length": s["accept_length"],
+                        "per_stream_tok_s": s.get("per_stream_tok_s"),
+                        "throughput_tok_s": s.get("throughput_tok_s"), "ttft_s": s.get("ttft_s"),
+                        "accept_length": s.get("accept_length"),
                         "per_stream_vs_baseline_pct": None if i == b else pct(
-                            s["per_stream_tok_s"], ref.get("per_stream_tok_s")),
+                            s.get("per_stream_tok_s"), ref.get("per_stream_tok_s")),
                         "throughput_vs_baseline_pct": None if i == b else pct(
-                            s["throughput_tok_s"], ref.get("throughput_tok_s"))})
+                            s.get("throughput_tok_s"), ref.get("throughput_tok_s"))})
     return out
 
 
@@ -259,7 +293,7 @@ def _p(row: dict[str, Any], key: str) -> str:
 
 
 def ladder_cells(rs: list[dict[str, Any]]) -> list[list[str]]:
-    return [[str(r["concurrency"]), str(r["config"]), _num(r["per_stream_tok_s"]),
+    return [[str(r["concurrency"]), clean(r["config"]), _num(r["per_stream_tok_s"]),
              _p(r, "per_stream_vs_baseline_pct"), _num(r["throughput_tok_s"]),
              _p(r, "throughput_vs_baseline_pct"),
              _num(r["ttft_s"] * 1000 if r["ttft_s"] is not None else None),
@@ -273,7 +307,7 @@ LADDER_HEAD = ("concurrency", "config", "per stream tok/s", "vs base", "total to
 def ladder_markdown(rs: list[dict[str, Any]]) -> str:
     head = "| " + " | ".join(LADDER_HEAD) + " |"
     sep = "|" + "|".join(["---"] * 2 + [":-:"] * (len(LADDER_HEAD) - 2)) + "|"
-    return "\n".join([head, sep] + ["| " + " | ".join(c) + " |" for c in ladder_cells(rs)])
+    return "\n".join([head, sep] + ["| " + " | ".join(_md(c)) + " |" for c in ladder_cells(rs)])
 
 
 def ladder_rich_table(rs: list[dict[str, Any]]) -> Any:
@@ -284,5 +318,5 @@ def ladder_rich_table(rs: list[dict[str, Any]]) -> Any:
     for i, c in enumerate(LADDER_HEAD):
         t.add_column(c, justify="left" if i == 1 else "right")
     for cells in ladder_cells(rs):
-        t.add_row(*cells)
+        t.add_row(*map(plain, cells))
     return t

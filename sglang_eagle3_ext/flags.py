@@ -28,6 +28,7 @@ from pathlib import Path
 from . import settings
 from .errors import UserError
 from .launch_config import LaunchConfig, check_env_names
+from .safeparse import json_loads
 from .settings import (
     AUX_LAYERS,
     NCCL,
@@ -146,8 +147,8 @@ def read_architecture(path: str | Path, what: str) -> str:
     if not cfg_file.is_file():
         raise UserError(f"{what} {p}: no config.json inside (is this a model folder?)", 2)
     try:
-        cfg = json.loads(cfg_file.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+        cfg = json_loads(cfg_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
         raise UserError(f"{what} {cfg_file}: cannot read it as JSON ({exc})", 2) from exc
     archs = cfg.get("architectures") if isinstance(cfg, dict) else None
     if not archs or not isinstance(archs, list):

@@ -20,6 +20,7 @@ import yaml
 
 from .errors import UserError
 from .resources import data_dir
+from .safeparse import yaml_load
 
 REPO_LAUNCH_DIR = data_dir("launch")
 DEFAULT_PORT = 30000
@@ -262,7 +263,7 @@ def load_preset(path_or_name: str) -> LaunchConfig:
     """Read ``launch/<name>.yaml`` (or any YAML file); UserError(2) if malformed or unknown keys."""
     path = _find_preset(path_or_name)
     try:
-        data = yaml.safe_load(path.read_bytes().decode("utf-8"))
+        data = yaml_load(path.read_bytes().decode("utf-8"), f"preset {path}")
     except UnicodeDecodeError as exc:
         raise UserError(f"preset {path}: not a text file (byte {exc.start} is not UTF-8)", 2) from None
     except OSError as exc:

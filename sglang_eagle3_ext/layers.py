@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import UserError
+from .safeparse import json_loads
 from .settings import AUX_LAYERS
 from .sglang_env import parse_version
 
@@ -106,14 +107,13 @@ def validate_layers(layers: list[Layer], *, num_layers: int | None = None, count
 
 def _local_config(path: Any) -> dict | None:
     """config.json of a local model folder, or None (a hub id, unreadable: checked elsewhere)."""
-    import json
     from pathlib import Path
 
     if not path:
         return None
     f = Path(str(path)).expanduser() / "config.json"
     try:
-        data = json.loads(f.read_text(encoding="utf-8"))
+        data = json_loads(f.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
@@ -278,31 +278,70 @@ def final_capturable(family: Family, version: str) -> bool:
     return family.rule_family == "gpt_oss" and _ge(version, "0.5.17")
 
 
+def config_arch(cfg: dict, what: str) -> str:
+    """``architectures[0]`` of a config.json, "" when it has none. UserError(2) for any other
+    shape: transformers and SGLang read ``architectures[0]``, so a bare string would be read as
+    its first letter."""
+    archs = cfg.get("architectures")
+    if archs is None or archs == []:
+        return ""
+    if isinstance(archs, list) and all(isinstance(a, str) for a in archs):
+        return archs[0]
+    if isinstance(archs, str):
+        raise UserError(f"{what} config: 'architectures' is the string {archs!r}; it must be a list, "
+                        f"[{archs!r}] (SGLang reads architectures[0]: here {archs[:1]!r})", exit_code=2)
+    raise UserError(f"{what} config: 'architectures' must be a list of class names, got {archs!r:.60}",
+                    exit_code=2)
+
+
+def _eagle_config(draft_cfg: dict) -> dict:
+    """The draft's ``eagle_config`` object ({} when absent); UserError(2) for another type (SGLang
+    calls ``.get`` on it)."""
+    eagle = draft_cfg.get("eagle_config")
+    if eagle is None:
+        return {}
+    if not isinstance(eagle, dict):
+        raise UserError(f"draft config: eagle_config must be an object, got {type(eagle).__name__} "
+                        f"{eagle!r:.40}", exit_code=2)
+    return eagle
+
+
+def _ids(ids: Any, name: str) -> list[int] | None:
+    if ids is None:
+        return None
+    if not isinstance(ids, list) or not all(isinstance(x, int) and not isinstance(x, bool) and abs(x) < 1 << 20
+                                            for x in ids):
+        raise UserError(f"draft {name} must be a list of integers, got {ids!r:.60}", exit_code=2)
+    return list(ids)
+
+
 def draft_count(draft_cfg: dict, version: str) -> tuple[int, str]:
     """How many aux hidden states the draft's fc expects, and why (section 3.1)."""
-    arch = (draft_cfg.get("architectures") or [""])[0]
+    arch = config_arch(draft_cfg, "draft")
     if not _ge(version, "0.5.12"):
         return 3, "fc is always 3 x hidden before SGLang 0.5.12"
     nested = _nested_ids(draft_cfg)
-    top = draft_cfg.get("eagle_aux_hidden_state_layer_ids")
+    top = _ids(draft_cfg.get("eagle_aux_hidden_state_layer_ids"), "eagle_aux_hidden_state_layer_ids")
     if arch in MLA_DRAFTS:
         if nested is not None:
             return len(nested), "len(eagle_config.eagle_aux_hidden_state_layer_ids)"
         if top is not None:
             return len(top), "len(top-level eagle_aux_hidden_state_layer_ids) (MLA draft)"
         return 3, "default 3 (no ids in the draft config)"
-    if draft_cfg.get("num_aux_hidden_states") is not None:
-        return int(draft_cfg["num_aux_hidden_states"]), "num_aux_hidden_states"
+    n_aux = draft_cfg.get("num_aux_hidden_states")
+    if n_aux is not None:
+        if not (isinstance(n_aux, int) and not isinstance(n_aux, bool) and 0 < n_aux < 1 << 10):
+            raise UserError(f"draft num_aux_hidden_states must be a whole number >= 1, got {n_aux!r:.40}",
+                            exit_code=2)
+        return n_aux, "num_aux_hidden_states"
     if nested:
         return len(nested), "len(eagle_config.eagle_aux_hidden_state_layer_ids)"
     return 3, "default 3 (no ids in the draft config)"
 
 
 def _nested_ids(draft_cfg: dict) -> list[int] | None:
-    eagle = draft_cfg.get("eagle_config")
-    if isinstance(eagle, dict) and eagle.get("eagle_aux_hidden_state_layer_ids") is not None:
-        return list(eagle["eagle_aux_hidden_state_layer_ids"])
-    return None
+    return _ids(_eagle_config(draft_cfg).get("eagle_aux_hidden_state_layer_ids"),
+                "eagle_config.eagle_aux_hidden_state_layer_ids")
 
 
 # --------------------------------------------------------------------------------------------
@@ -526,7 +565,7 @@ def num_hidden_layers(target_cfg: dict) -> int | None:
     """Decoder layers of a target config (multimodal wrappers keep them in text_config)."""
     for c in (target_cfg, target_cfg.get("text_config") or {}, target_cfg.get("language_config") or {}):
         n = c.get("num_hidden_layers") if isinstance(c, dict) else None
-        if isinstance(n, int) and n > 0:
+        if isinstance(n, int) and not isinstance(n, bool) and 0 < n < 1 << 16:
             return n
     return None
 
@@ -558,8 +597,7 @@ def check(target_cfg: dict, draft_cfg: dict, version: str,
     ``aux_layers``: the capture `launch --aux-layers` (SGLANG_EAGLE3_AUX_LAYERS) asks for; our
     override wraps the model's own set_eagle3_layers_to_capture, so prefill and decode (graphs
     included) capture exactly those layers, whatever the draft config says."""
-    archs = target_cfg.get("architectures") or []
-    arch = archs[0] if archs else ""
+    arch = config_arch(target_cfg, "target")
     family = family_for(arch)
     if family is None:
         known = ", ".join(sorted(_BY_CLASS))
@@ -576,7 +614,7 @@ def check(target_cfg: dict, draft_cfg: dict, version: str,
         if ids is not None and (not isinstance(ids, list)
                                 or not all(isinstance(x, int) and not isinstance(x, bool) for x in ids)):
             raise UserError(f"draft {name} must be a list of integers, got {ids!r}", exit_code=2)
-    draft_arch = (draft_cfg.get("architectures") or [""])[0]
+    draft_arch = config_arch(draft_cfg, "draft")
     count, count_from = draft_count(draft_cfg, version)
 
     # What the release reads: only the nested key feeds the target (section 3.1).
@@ -602,7 +640,7 @@ def check(target_cfg: dict, draft_cfg: dict, version: str,
     elif not reads_config_ids(version):
         rep.notes.append(f"SGLang {version} never reads the draft's layer ids: it captures the "
                          f"defaults {describe([from_loop(i) for i in prefill])} everywhere")
-    if draft_cfg.get("eagle_config", {}).get("use_aux_hidden_state") is False:
+    if _eagle_config(draft_cfg).get("use_aux_hidden_state") is False:
         rep.notes.append("eagle_config.use_aux_hidden_state is false: the draft takes the last hidden "
                          "state, no aux layers are captured")
 

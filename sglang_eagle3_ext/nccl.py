@@ -17,6 +17,7 @@ from typing import Any
 
 from .errors import UserError
 from .resources import data_dir
+from .safeparse import yaml_load
 from .settings import NCCL
 
 ENV = NCCL.name
@@ -45,7 +46,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     import yaml
 
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml_load(path.read_text(encoding="utf-8"), f"NCCL presets {path}")
     except OSError as exc:
         raise UserError(f"NCCL presets {path}: cannot read ({exc.strerror})") from None
     except yaml.YAMLError as exc:

@@ -17,7 +17,7 @@ batch size, graph) and what ran at each batch size.
 
 from __future__ import annotations
 
-import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +32,8 @@ from .probes.window import (
     SCHEMA,
     per_position_rates,
 )
-from .records import WindowRecord
+from .records import MAX_COUNT, WindowRecord, amount_error, count_error
+from .safeparse import json_loads
 
 _NUM = r"(\d+(?:\.\d+)?)"
 _HEADER = re.compile(
@@ -317,7 +318,117 @@ def _check_record(rec: Any, where: str) -> dict[str, Any]:
     hist = rec.get("accept_hist")
     if hist is not None and not (isinstance(hist, dict) and all(_is_num(x) for x in hist.values())):
         raise UserError(f"{where}: accept_hist must map lengths to counts")
+    _check_values(rec, where)
     return rec
+
+
+# ---------------------------------------------------------------- value checks (issue 23)
+# What the summaries below compute with, checked per record, so a NaN, a negative count, a word
+# where a number belongs or a 300-digit integer is one line naming the file:line and the field,
+# never "nan ms" in a table or a traceback. Limits are far above any real record.
+MAX_STEPS = 1024     # spec steps / topk / draft tokens, accept_hist lengths, per_position entries
+MAX_BATCH = 1 << 20  # a by_batch key (batch size)
+
+
+def _bad(where: str, name: str, why: str) -> UserError:
+    return UserError(f"{where}: {name} {why}", exit_code=2)
+
+
+def _count_at(d: dict[str, Any], key: str, where: str, name: str, *, limit: int | None = None) -> None:
+    v = d.get(key)
+    if v is None:
+        return
+    why = count_error(v)
+    if why is None and limit is not None and v > limit:
+        why = f"must be at most {limit}, got {v}"
+    if why:
+        raise _bad(where, f"{name}{key}", why)
+
+
+def _amount_at(d: dict[str, Any], key: str, where: str, name: str, *, signed: bool = False) -> None:
+    v = d.get(key)
+    if v is None:
+        return
+    if signed:
+        if not (_is_num(v) and math.isfinite(v) and abs(v) < MAX_COUNT):
+            raise _bad(where, f"{name}{key}", f"must be a finite number, got {v!r:.40}")
+        return
+    why = amount_error(v)
+    if why:
+        raise _bad(where, f"{name}{key}", why)
+
+
+def _obj_at(d: dict[str, Any], key: str, where: str, name: str) -> dict[str, Any] | None:
+    v = d.get(key)
+    if v is None or isinstance(v, dict):
+        return v
+    raise _bad(where, f"{name}{key}", f"must be an object, got {type(v).__name__}")
+
+
+def _phases_at(ph: Any, where: str, name: str, *, need_cycle: bool = False) -> None:
+    if ph is None:
+        return
+    if not isinstance(ph, dict):
+        raise _bad(where, name, f"must be an object, got {type(ph).__name__}")
+    if need_cycle and not (isinstance(ph.get(CYCLE), dict) and _is_num(ph[CYCLE].get("mean_ms"))):
+        raise _bad(where, f"{name}.{CYCLE}.mean_ms", "is missing")
+    for p, row in ph.items():
+        if not isinstance(row, dict):
+            raise _bad(where, f"{name}.{p}", f"must be an object, got {type(row).__name__}")
+        for k in row:
+            _amount_at(row, k, where, f"{name}.{p}.")
+
+
+def _part_at(part: Any, where: str, name: str) -> None:
+    """A steady / by_batch part: counts, accept length, rates, phases."""
+    if not isinstance(part, dict):
+        raise _bad(where, name, f"must be an object, got {type(part).__name__}")
+    for k in ("cycles", "requests", "accepted_drafts", "tokens"):
+        _count_at(part, k, where, f"{name}.")
+    for k in ("accept_len", "eff_tok_s", "per_stream_tok_s", "throughput_tok_s"):
+        _amount_at(part, k, where, f"{name}.")
+    _phases_at(part.get("phases"), where, f"{name}.phases", need_cycle=True)
+
+
+def _check_values(rec: dict[str, Any], where: str) -> None:
+    """Nested values of one window record (top-level ones: records.WindowRecord)."""
+    _phases_at(rec["phases"], where, "phases")
+    for i, x in enumerate(rec.get("per_position") or []):
+        if x is not None and not (amount_error(x) is None and x <= 1):
+            raise _bad(where, f"per_position[{i}]", f"must be a rate between 0 and 1, got {x!r}")
+    if len(rec.get("per_position") or []) > MAX_STEPS:
+        raise _bad(where, "per_position", f"has more than {MAX_STEPS} positions")
+    hist = rec.get("accept_hist") or {}
+    if len(hist) > MAX_STEPS:
+        raise _bad(where, "accept_hist", f"has more than {MAX_STEPS} lengths")
+    for k in hist:
+        if not (isinstance(k, str) and k.isdigit() and int(k) <= MAX_STEPS):
+            raise _bad(where, "accept_hist", f"keys are accepted lengths 0..{MAX_STEPS}, got {k!r}")
+        _count_at(hist, k, where, "accept_hist.")
+    spec = _obj_at(rec, "spec", where, "") or {}
+    for k in ("steps", "topk", "draft_tokens"):
+        _count_at(spec, k, where, "spec.", limit=MAX_STEPS)
+    if rec.get("steady") is not None:
+        _part_at(rec["steady"], where, "steady")
+    bd = _obj_at(rec, "boundary", where, "")
+    if bd is not None:
+        _count_at(bd, "cycles", where, "boundary.")
+        _count_at(bd, "joins", where, "boundary.")
+        reasons = _obj_at(bd, "reasons", where, "boundary.") or {}
+        for k in reasons:
+            _count_at(reasons, k, where, "boundary.reasons.")
+        _amount_at(bd, "extra_ms", where, "boundary.", signed=True)  # boundary cycles may beat the p50
+        _amount_at(bd, "extra_ms_per_join", where, "boundary.", signed=True)
+        by_phase = _obj_at(bd, "extra_by_phase", where, "boundary.") or {}
+        for k in by_phase:
+            if by_phase[k] is None:
+                raise _bad(where, f"boundary.extra_by_phase.{k}", "must be a number, got None")
+            _amount_at(by_phase, k, where, "boundary.extra_by_phase.", signed=True)
+        _phases_at(bd.get("phases"), where, "boundary.phases")
+    for k, part in (_obj_at(rec, "by_batch", where, "") or {}).items():
+        if not (isinstance(k, str) and k.isdigit() and 0 < int(k) <= MAX_BATCH):
+            raise _bad(where, "by_batch", f"keys are batch sizes 1..{MAX_BATCH}, got {k!r}")
+        _part_at(part, where, f"by_batch.{k}")
 
 
 def _is_num(x: Any) -> bool:
@@ -325,7 +436,11 @@ def _is_num(x: Any) -> bool:
 
 
 def load(path: str | Path) -> ProfileRun:
-    """Read one file (JSONL from EAGLE3_PROFILE_OUT, or any text log with EAGLE3_PROF blocks)."""
+    """Read one file (JSONL from EAGLE3_PROFILE_OUT, or any text log with EAGLE3_PROF blocks).
+
+    A file still being written may end in half a line: that last line (no newline after it) is
+    skipped with a note; a bad line anywhere else refuses the file, naming the line and field.
+    Records of two ranks in one file are refused (each rank writes its own stream)."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8", errors="replace")
@@ -333,22 +448,54 @@ def load(path: str | Path) -> ProfileRun:
         raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
     first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
     if first.startswith("{"):
+        notes: list[str] = []
         records = []
-        for i, line in enumerate(text.splitlines(), 1):
+        rank0: int | None = None
+        lines = text.split("\n")
+        for i, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UserError(f"{path}:{i}: not valid JSON ({exc.msg})") from None
+                rec = json_loads(line)
+            except ValueError as exc:
+                if i == len(lines):  # text does not end in a newline: the writer is mid-line
+                    notes.append(f"{path}:{i}: last line is incomplete (the file is still being "
+                                 "written?); skipped")
+                    continue
+                raise UserError(f"{path}:{i}: not valid JSON ({getattr(exc, 'msg', exc)})") from None
             records.append(_check_record(rec, f"{path}:{i}"))
-        return ProfileRun(str(path), "jsonl", records)
-    notes: list[str] = []
+            rank0 = _one_rank(rank0, rec, f"{path}:{i}")
+        if not records:
+            raise UserError(f"{path}: no complete eagle3_prof record yet (only a partial line)")
+        return ProfileRun(str(path), "jsonl", records, notes)
+    notes = []
     blocks = [b for b in _scan_blocks(text) if b.has_body]
     if not blocks:
         raise UserError(f"{path}: no EAGLE3_PROF block and no eagle3_prof JSONL record found")
-    records = [_block_record(b, i, str(path), notes) for i, b in enumerate(blocks, 1)]
+    records = []
+    rank0 = None
+    for i, b in enumerate(blocks, 1):
+        where = f"{path}:{b.line}"
+        try:
+            rec = _block_record(b, i, str(path), notes)
+        except ValueError as exc:  # int() of a number with thousands of digits
+            raise UserError(f"{where}: EAGLE3_PROF block holds a number this tool cannot read ({exc})") from None
+        records.append(_check_record(rec, where))
+        rank0 = _one_rank(rank0, rec, where)
     return ProfileRun(str(path), "log", records, notes)
+
+
+def _one_rank(rank0: int | None, rec: dict[str, Any], where: str) -> int | None:
+    """The file's rank so far; refuses a record of another rank: two ranks' streams in one file
+    would be summed as one rank's (twice the cycles, means of two GPUs)."""
+    rank = rec.get("rank")
+    if not isinstance(rank, int) or rank == rank0:
+        return rank0
+    if rank0 is not None:
+        raise UserError(f"{where}: a rank {rank} record after rank {rank0} records in one file; a file "
+                        "holds one rank's stream (rank 0 writes EAGLE3_PROFILE_OUT, rank N writes "
+                        "<out>.rankN): split it by rank, e.g. with jq 'select(.rank == 0)'", exit_code=2)
+    return rank
 
 
 def _wavg(pairs: list[tuple[float, float]]) -> float | None:
@@ -607,8 +754,8 @@ def summarize(run: ProfileRun, *, all_windows: bool = False) -> dict[str, Any]:
     # the profiler's own measured read cost (records that carry it): host ms per window spent
     # waiting for the GPU and reading the timers, over the cycles it covered
     probe_us = None
-    if recs and all("probe_read_ms" in r and r.get("cycles") for r in recs):
-        spent = sum(r["probe_read_ms"] + r.get("probe_wait_ms", 0.0) for r in recs)
+    if recs and all(r.get("probe_read_ms") is not None and r.get("cycles") for r in recs):
+        spent = sum(r["probe_read_ms"] + (r.get("probe_wait_ms") or 0.0) for r in recs)
         probe_us = round(1000.0 * spent / sum(r["cycles"] for r in recs), 2)
     modes = sorted({str(r.get("mode")) for r in recs})
     ranks = sorted({r["rank"] for r in recs if isinstance(r.get("rank"), int)})
@@ -673,21 +820,25 @@ def read_client(path: str | Path) -> dict[str, Any]:
     lines = [ln for ln in text.splitlines() if ln.strip()]
     doc: Any = None
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError:
+        doc = json_loads(text)
+    except ValueError:
         try:
-            doc = json.loads(lines[-1]) if lines else None
-        except json.JSONDecodeError:
+            doc = json_loads(lines[-1]) if lines else None
+        except ValueError:
             doc = None
     if not isinstance(doc, dict):
         raise UserError(f"{path}: not a bench result or a bench_serving JSON(L) result", exit_code=2)
+    _check_client(doc, str(path))
     if doc.get("schema") == BENCH_SCHEMA:
         return _bench_client(doc, path)
     if doc.get("schema") == LADDER_SCHEMA:
         # a concurrency ladder (bench --concurrency 1,8,32, or a scan's ladder.json): one client
         # per level, each compared with the windows written while that level ran
-        levels = [_bench_client(lv["bench"], path) for lv in doc.get("levels") or []
-                  if isinstance(lv, dict) and isinstance(lv.get("bench"), dict)]
+        benches = [lv["bench"] for lv in doc.get("levels") or []
+                   if isinstance(lv, dict) and isinstance(lv.get("bench"), dict)]
+        for i, b in enumerate(benches):
+            _check_client(b, f"{path} level {i + 1}")
+        levels = [_bench_client(b, path) for b in benches]
         if not levels:
             raise UserError(f"{path}: a ladder without level bench documents", exit_code=2)
         return {"file": str(path), "kind": "sgl-eagle3 bench ladder", "levels": levels,
@@ -715,6 +866,31 @@ def _bench_client(doc: dict[str, Any], path: str | Path) -> dict[str, Any]:
             "decode_def": "per-request decode tok/s (first token excluded), mean over runs",
             "accept_len": s.get("accept_length"),
             "concurrency": (doc.get("params") or {}).get("concurrency"), "span": _bench_span(doc)}
+
+
+def _check_client(doc: dict[str, Any], where: str) -> None:
+    """The figures read_client uses: finite numbers >= 0 (counts for concurrency), one line each."""
+    from .bench import SCHEMA as BENCH_SCHEMA
+    from .records import BenchResult
+
+    if doc.get("schema") == BENCH_SCHEMA:
+        s = BenchResult.from_json(doc, where).summary or {}
+        dec = _obj_at(s, "decode_tok_s", where, "summary.") or {}
+        _amount_at(dec, "avg", where, "summary.decode_tok_s.")
+        _amount_at(s, "accept_length", where, "summary.")
+        params = _obj_at(doc, "params", where, "") or {}
+        _count_at(params, "concurrency", where, "params.")
+        for k in ("runs", "warmup_runs"):
+            runs = doc.get(k)
+            if runs is not None and not (isinstance(runs, list) and all(isinstance(r, dict) for r in runs)):
+                raise _bad(where, k, "must be a list of objects")
+            for i, r in enumerate(runs or []):
+                _amount_at(r, "wall_s", where, f"{k}[{i}].")
+        return
+    for k in ("median_tpot_ms", "mean_tpot_ms", "accept_length", "spec_accept_length"):
+        _amount_at(doc, k, where, "")
+    for k in ("max_concurrency", "concurrency"):
+        _count_at(doc, k, where, "")
 
 
 def _bench_span(doc: dict[str, Any]) -> tuple[float, float] | None:

@@ -12,11 +12,11 @@ A prompt is either a string (sent as one user message) or a list of chat message
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from .errors import UserError
+from .safeparse import json_loads
 
 Prompt = str | list[dict[str, str]]
 
@@ -62,7 +62,7 @@ def parse_prompts(text: str, path: str = "FILE") -> list[Prompt]:
     stripped = text.lstrip()
     if stripped.startswith("["):
         try:
-            data = json.loads(text)
+            data = json_loads(text)
         except ValueError as exc:
             raise _bad(path, f"invalid JSON list ({exc})") from exc
         if data and all(isinstance(x, dict) for x in data):
@@ -84,7 +84,7 @@ def parse_prompts(text: str, path: str = "FILE") -> list[Prompt]:
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
+                obj = json_loads(line)
             except ValueError as exc:
                 raise _bad(path, f"line {n}: not JSON ({exc})") from exc
             if not isinstance(obj, dict) or "messages" not in obj:

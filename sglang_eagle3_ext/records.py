@@ -13,6 +13,7 @@ standard library; they never import this module (tests/test_records.py scans the
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, TypeVar
 
@@ -20,7 +21,9 @@ from .errors import UserError
 
 # JSON type names -> (check, words for the message)
 _TYPES: dict[str, tuple[Any, str]] = {
-    "number": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "a number"),
+    # finite: NaN / Infinity (which Python's json reads) are no figure of ours
+    "number": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+               "a number"),
     "text": (lambda v: isinstance(v, str), "text"),
     "object": (lambda v: isinstance(v, dict), "an object"),
     "list": (lambda v: isinstance(v, list), "a list"),
@@ -35,6 +38,23 @@ def _spec(json_type: str, *, required: bool = False, nullable: bool = True) -> A
 
 T = TypeVar("T", bound="Record")
 
+MAX_COUNT = 2**53  # beyond a float's exact integers a count is garbage (and overflows float sums)
+
+
+def count_error(v: Any) -> str | None:
+    """Why ``v`` is not a count (a whole number 0 <= v < 2**53), or None."""
+    if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < MAX_COUNT:
+        return None
+    return f"must be a count (a whole number >= 0), got {_short(v)}"
+
+
+def amount_error(v: Any) -> str | None:
+    """Why ``v`` is not a finite number >= 0 (a time, a rate, an accept length), or None."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 \
+            and abs(v) < MAX_COUNT:
+        return None
+    return f"must be a finite number >= 0, got {_short(v)}"
+
 
 @dataclass
 class Record:
@@ -43,6 +63,8 @@ class Record:
     NAME: ClassVar[str] = ""
     VERSIONS: ClassVar[tuple[int, ...]] = ()
     KIND: ClassVar[str] = "record"
+    COUNTS: ClassVar[frozenset[str]] = frozenset()  # number fields that must be counts
+    NONNEG: ClassVar[bool] = False                  # every other number field finite and >= 0
 
     version: int = 0
     present: frozenset[str] = frozenset()
@@ -76,6 +98,10 @@ class Record:
             ok, words = _TYPES[meta["json"]]
             if not ((v is None and meta["nullable"]) or ok(v)):
                 raise UserError(f"{origin}: {f.name} must be {words}, got {_short(v)}", exit_code=2)
+            if v is not None and meta["json"] == "number":
+                why = count_error(v) if f.name in cls.COUNTS else amount_error(v) if cls.NONNEG else None
+                if why:
+                    raise UserError(f"{origin}: {f.name} {why}", exit_code=2)
             kw[f.name] = v
         known = {f.name for f in _model_fields(cls)} | {"schema"}
         extra = {k: v for k, v in obj.items() if k not in known}
@@ -107,6 +133,9 @@ class WindowRecord(Record):
     NAME: ClassVar[str] = "eagle3_prof"
     VERSIONS: ClassVar[tuple[int, ...]] = (1, 2, 3)
     KIND: ClassVar[str] = "window record"
+    COUNTS: ClassVar[frozenset[str]] = frozenset(
+        {"cycles", "window", "requests", "accepted_drafts", "tokens", "rank", "tp_size", "idle_cycles"})
+    NONNEG: ClassVar[bool] = True
 
     cycles: float | None = _spec("number", required=True)
     phases: dict[str, Any] | None = _spec("object", required=True, nullable=False)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import re
 import time
 import traceback
@@ -25,6 +24,7 @@ from typing import Any
 from .bench import BenchOptions, run_bench, run_ladder, write_json
 from .errors import UserError
 from .records import SweepResults
+from .safeparse import json_loads, yaml_load
 
 SCHEMA = "eagle3_sweep/1"
 MATRIX_KEYS = ("steps", "topk", "draft_tokens", "nccl", "custom_all_reduce")
@@ -101,7 +101,7 @@ def load_spec(path: str | Path) -> SweepSpec:
 
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_bytes().decode("utf-8"))
+        data = yaml_load(p.read_bytes().decode("utf-8"), str(p))
     except FileNotFoundError as exc:
         raise UserError(f"{p}: no such sweep file", exit_code=2) from exc
     except UnicodeDecodeError as exc:
@@ -227,7 +227,7 @@ def load_results(path: Path) -> dict[str, Any] | None:
     if not path.exists():
         return None
     try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
+        data = json_loads(path.read_bytes().decode("utf-8"))
     except (ValueError, OSError) as exc:  # UnicodeDecodeError is a ValueError
         raise UserError(f"{path}: unreadable results file ({exc}); move it away to start over",
                         exit_code=2) from None

@@ -29,13 +29,13 @@ counts below the largest profiled one.
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 from typing import Any
 
 from .errors import UserError
 from .probes.window import ALL_PHASES
+from .safeparse import json_loads
 
 PHASES = ALL_PHASES  # draft, verify, extend, other, cycle (probes/window.py)
 
@@ -44,7 +44,10 @@ PHASES = ALL_PHASES  # draft, verify, extend, other, cycle (probes/window.py)
 
 
 def read_records(path: str | Path) -> list[dict[str, Any]]:
-    """Window records of a probe JSONL (lines that are not records are skipped)."""
+    """Window records of a probe JSONL (lines that are not valid records are skipped: a NaN or a
+    word where a count belongs must not reach the fits; ``profile`` names such lines)."""
+    from .profile_log import _check_values
+
     out = []
     p = Path(path)
     if not p.exists():
@@ -54,11 +57,16 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
         if not line.startswith("{"):
             continue
         try:
-            rec = json.loads(line)
+            rec = json_loads(line)
         except ValueError:
             continue
-        if isinstance(rec, dict):
-            out.append(rec)
+        if not isinstance(rec, dict):
+            continue
+        try:  # the nested values the fits read (by_batch, spec, per_position), checked as `profile` does
+            _check_values({**rec, "phases": rec.get("phases") or {}}, str(p))
+        except UserError:
+            continue
+        out.append(rec)
     return out
 
 

@@ -209,3 +209,148 @@ def test_tiny_out_under_a_file():
     r = cli("tiny", "--out", "/etc/passwd/x")
     check(r, "tiny --out /etc/passwd/x")
     assert r.returncode == 2
+
+
+# ---------------------------------------------------------------- issue 23: in-process fuzz
+# Every path of a valid value x every odd value, in process (fast): stream chunks and usage
+# blocks through bench's chunk reader and a real HTTP stream, probe records through `profile`,
+# YAML with anchors/aliases and depth through the one loader. The only outcomes allowed: a
+# failed request with a reason, or one UserError line.
+
+from hostile_http import Hostile, good_chunks, sse  # noqa: E402
+
+from sglang_eagle3_ext import bench as bench_mod  # noqa: E402
+from sglang_eagle3_ext import cli as cli_mod  # noqa: E402
+from sglang_eagle3_ext.errors import UserError  # noqa: E402
+from sglang_eagle3_ext.httpio import BadStream  # noqa: E402
+
+ODD_MORE = [*ODD, float("nan"), float("inf"), -1.5, 10**30, "[/]\x1b[31m", [[[]]], {"choices": []}]
+_SGLEXT = {"choices": [], "sglext": {"spec_tokens_details": {"spec_verify_ct": 3, "spec_accept_length": 1.7}}}
+
+
+def _every_path(doc):
+    """(trail, key) of every value in a JSON tree, the root's children first."""
+    out, stack = [], [([], doc)]
+    while stack:
+        trail, node = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for k, v in items:
+            out.append((trail, k))
+            stack.append((trail + [k], v))
+    return out
+
+
+def _with(doc, trail, key, value):
+    doc = copy.deepcopy(doc)
+    node = doc
+    for t in trail:
+        node = node[t]
+    node[key] = value
+    return doc
+
+
+def _chunk_variants():
+    seeds = [good_chunks(3)[1], good_chunks(3)[-2], good_chunks(3)[-1], _SGLEXT]
+    out = [v for v in ODD_MORE]  # the chunk itself of the wrong shape
+    for c in seeds:
+        for trail, key in _every_path(c):
+            out += [_with(c, trail, key, v) for v in ODD_MORE]
+    return out
+
+
+def test_fuzz_stream_chunks_and_usage_blocks():
+    """Each variant chunk: folded into a request record, or BadStream (the request's reason)."""
+    n = 0
+    for chunk in _chunk_variants():
+        rec = bench_mod.RequestRecord(prompt_index=0)
+        try:
+            bench_mod._take_chunk(chunk, rec, 0.01)
+        except BadStream as exc:
+            assert str(exc) and "\n" not in str(exc)
+            n += 1
+    assert n > 50  # most odd values are refused, not folded in
+
+
+def test_fuzz_streams_over_http():
+    """Variant chunks inside a real SSE stream: every request ends with no error or a reason."""
+    rng = random.Random(SEED)
+    variants = _chunk_variants()
+    streams = []
+    for _ in range(60):
+        chunks = good_chunks(4)
+        chunks.insert(rng.randrange(1, len(chunks) + 1), rng.choice(variants))
+        streams.append(sse(chunks, done=rng.random() < 0.8))
+    streams += [sse(good_chunks(4))[: rng.randrange(10, 200)] for _ in range(10)]  # cut anywhere
+    served = iter(streams)
+
+    def script(method, path, write, stop):
+        write(next(served))
+
+    with Hostile(script) as h:
+        ep = bench_mod.Endpoint(h.url, timeout_s=5.0)
+        for i in range(len(streams)):
+            rec = bench_mod.stream_chat(ep, {"max_tokens": 4, "messages": []}, bench_mod.RequestRecord(0))
+            assert rec.error is None or ("a bug in" not in rec.error and "\n" not in rec.error), (i, rec.error)
+
+
+_STEADY = REPO / "tests/data/profile/steady_issue15.jsonl"
+
+
+def _probe_variants():
+    recs = [json.loads(x) for x in _STEADY.read_text().splitlines() if x.strip()]
+    rng = random.Random(SEED)
+    base = recs[1]
+    out = []
+    for trail, key in _every_path(base):
+        for v in rng.sample(ODD_MORE, 3):
+            out.append(recs[:1] + [_with(base, trail, key, v)] + recs[2:])
+    return out
+
+
+def test_fuzz_probe_records_every_field(tmp_path, capsys):
+    """Each field of a /2 record set to odd values: `profile --json --predict` reads it or says
+    one line naming the line; never "a bug"."""
+    f = tmp_path / "p.jsonl"
+    variants = _probe_variants()
+    assert len(variants) > 300
+    for i, recs in enumerate(variants):
+        f.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+        rc = cli_mod.main(["profile", str(f), "--json", "--predict", "--baseline-tps", "50"])
+        c = capsys.readouterr()
+        assert "a bug in" not in c.err and "Traceback" not in c.err, (i, c.err)
+        if rc:
+            assert f"{f}:2:" in c.err or "--predict" in c.err or "predict" in c.err, (i, c.err)
+
+
+def _yaml_variants(rng):
+    """Alias fans, chains and depths around the limits, in a preset's shape."""
+    out = []
+    for _ in range(30):
+        width, levels = rng.randint(2, 12), rng.randint(1, 8)
+        lines = ["a0: &a0 [" + ", ".join(["x"] * width) + "]"]
+        for i in range(1, levels):
+            lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * width) + "]")
+        out.append("\n".join(lines) + "\n")
+        depth = rng.randint(1, 200)
+        flow = rng.random() < 0.5
+        out.append(("k: " + "[" * depth + "]" * depth) if flow else
+                   "".join("  " * i + f"k{i}:\n" for i in range(depth)) + "  " * depth + "v\n")
+        out.append("a: &a {b: *a}\n" if rng.random() < 0.5 else "x: *nothing\n")
+    return out
+
+
+def test_fuzz_yaml_anchors_and_depth(tmp_path):
+    """Every variant through the preset and sweep readers: loads, or one UserError; always fast."""
+    from sglang_eagle3_ext import launch_config, sweep
+
+    f = tmp_path / "p.yaml"
+    rng = random.Random(SEED)
+    t0 = __import__("time").monotonic()
+    for i, text in enumerate(_yaml_variants(rng)):
+        f.write_text(text)
+        for load in (launch_config.load_preset, sweep.load_spec):
+            try:
+                load(str(f))
+            except UserError as exc:
+                assert "\n" not in str(exc), (i, str(exc))
+    assert __import__("time").monotonic() - t0 < 10

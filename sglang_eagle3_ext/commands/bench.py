@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..console import err, out, print_json
+from ..console import clean, err, out, plain, print_json
 from ..errors import UserError
 
 HELP = ("Benchmark a running server: TTFT, decode and end-to-end tok/s, accept length (streaming); "
@@ -87,14 +87,14 @@ def _f(x: float | None, fmt: str = "{:.1f}") -> str:
 def render(result: dict[str, Any]) -> None:
     from rich.table import Table
 
-    t = Table(title=f"bench: {result['label']}  ({result['model']})", title_justify="left")
+    t = Table(title=plain(f"bench: {result['label']}  ({result['model']})"), title_justify="left")
     for col in ("run", "tokens", "TTFT ms", "decode tok/s", "e2e tok/s", "accept len", "source"):
         t.add_column(col, justify="right" if col != "source" else "left")
     for r in result["runs"]:
         bad = [q["error"] for q in r["requests"] if q["error"]]
         t.add_row(str(r["index"] - result["params"]["warmup"] + 1), str(r["completion_tokens"]),
                   _f(r["ttft_s"] and r["ttft_s"] * 1000), _f(r["decode_tok_s"]), _f(r["e2e_tok_s"]),
-                  _f(r["accept_length"], "{:.2f}"), r["accept_source"] if not bad else f"error: {bad[0]}")
+                  _f(r["accept_length"], "{:.2f}"), plain(r["accept_source"] if not bad else f"error: {bad[0]}"))
     out.print(t)
     s = result["summary"]
     d, e = s["decode_tok_s"], s["e2e_tok_s"]
@@ -107,14 +107,17 @@ def render(result: dict[str, Any]) -> None:
     out.print(f"accept length {_f(al, '{:.2f}')} (incl. bonus; source: "
               f"{src.get(s['accept_source'], s['accept_source'])})")
     if s["failed_requests"]:
-        out.print(f"[red]{s['failed_requests']} request(s) failed[/]: {result['errors'][0]}")
+        out.print(f"[red]{s['failed_requests']} request(s) failed[/]: ", end="")
+        out.print(clean(result["errors"][0]), markup=False, highlight=False)
+    for w in result.get("warnings") or []:
+        err.print(f"warning: {clean(w)}", markup=False, highlight=False)
 
 
 def render_ladder(doc: dict[str, Any]) -> None:
     from rich.table import Table
 
-    t = Table(title=f"ladder: {doc['label']}  ({doc['model']}); per stream = decode tok/s of one "
-                    f"request, accept len incl. bonus", title_justify="left")
+    t = Table(title=plain(f"ladder: {doc['label']}  ({doc['model']}); per stream = decode tok/s of one "
+                          f"request, accept len incl. bonus"), title_justify="left")
     for col in ("concurrency", "per stream tok/s", "total tok/s", "TTFT ms", "accept len", "ok runs",
                 "failed"):
         t.add_column(col, justify="right")
@@ -127,8 +130,10 @@ def render_ladder(doc: dict[str, Any]) -> None:
     for lv in doc["levels"]:
         errs = lv["bench"]["errors"]
         if errs:
-            out.print(f"[red]concurrency {lv['concurrency']}: {len(errs)} failed request(s)[/]: {errs[0]}",
-                      highlight=False)
+            out.print(f"[red]concurrency {lv['concurrency']}: {len(errs)} failed request(s)[/]: ", end="")
+            out.print(clean(errs[0]), markup=False, highlight=False)
+        for w in lv["bench"].get("warnings") or []:
+            err.print(f"warning: concurrency {lv['concurrency']}: {clean(w)}", markup=False, highlight=False)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from .. import layers
 from ..console import out, print_json
 from ..errors import UserError
+from ..safeparse import json_loads
 
 HELP = "Check which target hidden-state layers feed the EAGLE-3 draft (our convention: output of layer k)."
 
@@ -45,8 +45,8 @@ def read_config(path: str, what: str) -> dict:
         raise UserError(f"--{what} {path}: no such file (expected a model folder with config.json "
                         "or the config.json itself)", exit_code=2)
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        data = json_loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # ValueError: bad JSON, too deep, not UTF-8
         raise UserError(f"--{what} {p}: not valid JSON ({exc})", exit_code=2) from None
     if not isinstance(data, dict):
         raise UserError(f"--{what} {p}: expected a JSON object", exit_code=2)

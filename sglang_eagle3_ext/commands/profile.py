@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import analysis, profile_log
-from ..console import err, out, print_json
+from ..console import clean, err, out, plain, print_json
 from ..errors import UserError
 from ..probes.window import CYCLE, CYCLE_LABEL, LABELS, PHASES
 
@@ -80,10 +80,10 @@ def _table(summaries: list[dict[str, Any]], baseline_tps: float | None):
     names = [Path(s["file"]).name for s in summaries]
     unique = len(set(names)) == len(names)
     for s, name in zip(summaries, names, strict=True):
-        t.add_column(name if unique else s["file"], justify="right", overflow="fold")
+        t.add_column(plain(name if unique else s["file"]), justify="right", overflow="fold")
 
     def row(label: str, fn) -> None:
-        t.add_row(label, *[fn(s) for s in summaries])
+        t.add_row(label, *[plain(fn(s)) for s in summaries])
 
     row("source", lambda s: f"{s['kind']}, {s['windows']} window(s)" + (" [legacy, converted]" if s["legacy"] else ""))
     row("timing mode", lambda s: s["mode"])
@@ -235,10 +235,10 @@ def _boundary_table(summaries: list[dict[str, Any]]):
     t = Table(title="Request boundaries (cycles next to a join/leave, prefill/extend, batch change, idle gap)")
     t.add_column("", no_wrap=True)
     for s in have:
-        t.add_column(Path(s["file"]).name, justify="right", overflow="fold")
+        t.add_column(plain(Path(s["file"]).name), justify="right", overflow="fold")
 
     def row(label: str, fn) -> None:
-        t.add_row(label, *[fn(s["boundary"], s) for s in have])
+        t.add_row(label, *[plain(fn(s["boundary"], s)) for s in have])
 
     row("boundary cycles", lambda b, s: f"{b['cycles']} of {s['cycles']}")
     row("reasons (cycles)", lambda b, s: ", ".join(f"{k} {v}" for k, v in b["reasons"].items() if v) or "-")
@@ -262,7 +262,7 @@ def _batch_table(summaries: list[dict[str, Any]], baseline_tps: float | None = N
     for s in summaries:
         for bs, v in (s.get("by_batch") or {}).items():
             cyc = (v.get("phases") or {}).get("cycle") or {}
-            cells = [Path(s["file"]).name, bs, str(v["cycles"]), _fmt(v.get("accept_len"), ".3f"),
+            cells = [plain(Path(s["file"]).name), bs, str(v["cycles"]), _fmt(v.get("accept_len"), ".3f"),
                      f"{_fmt(cyc.get('mean_ms'))} ({_fmt(cyc.get('p50_ms'))})",
                      _fmt(v.get("per_stream_tok_s"), ".1f"), _fmt(v.get("throughput_tok_s"), ".1f")]
             if baseline_tps is not None:
@@ -278,7 +278,7 @@ def _agreement_table(s: dict[str, Any], a: dict[str, Any]):
     from rich.table import Table
 
     c = a["client"]
-    t = Table(title=f"Profile vs client ({c['kind']}: {Path(c['file']).name})")
+    t = Table(title=plain(f"Profile vs client ({c['kind']}: {Path(c['file']).name})"))
     for col in ("", "profile", "client", "difference"):
         t.add_column(col, justify="right" if col else "left")
 
@@ -294,7 +294,7 @@ def _agreement_table(s: dict[str, Any], a: dict[str, Any]):
                   pct(ac["diff_pct"]))
     t.add_row("accept len (incl. bonus; every verify)", _fmt(al["profile"], ".3f"), _fmt(al["client"], ".3f"),
               pct(al["diff_pct"]))
-    t.caption = f"client decode rate: {c['decode_def']}; profile: {a.get('windows', 'every window')}"
+    t.caption = plain(f"client decode rate: {c['decode_def']}; profile: {a.get('windows', 'every window')}")
     return t
 
 
@@ -344,11 +344,31 @@ def _rank_groups(files: list[str]) -> list[list[str]]:
     return [sorted(g, key=lambda q: (profile_log.rank_base(q)[1] or 0, q)) for g in groups.values()]
 
 
+def _load_group(group: list[str], named: set[str]) -> tuple[list[profile_log.ProfileRun], list[str]]:
+    """Every stream of one run. A ``.rankN`` sibling found beside a named file (not named itself)
+    that cannot be read (a stray, unreadable or half-written file) is skipped with a note; the
+    named files must read."""
+    loaded: list[profile_log.ProfileRun] = []
+    skipped: list[str] = []
+    for f in group:
+        if f in named:
+            loaded.append(profile_log.load(f))
+            continue
+        if not Path(f).is_file():  # a folder; a FIFO would block the read for ever
+            skipped.append(f"rank sibling skipped: {f}: not a regular file")
+            continue
+        try:
+            loaded.append(profile_log.load(f))
+        except UserError as exc:
+            skipped.append(f"rank sibling skipped: {exc}")
+    return loaded, skipped
+
+
 def _rank_table(base: str, spread: dict[str, Any]):
     from rich.table import Table
 
     stat = "p50" if spread["stat"] == "p50_ms" else "mean"
-    t = Table(title=f"Per-rank phase {stat} ({spread['basis']} cycles): {Path(base).name} and its .rankN streams")
+    t = Table(title=plain(f"Per-rank phase {stat} ({spread['basis']} cycles): {Path(base).name} and its .rankN streams"))
     t.add_column("phase", no_wrap=True)
     for r in spread["ranks"]:
         t.add_column(f"rank {r}", justify="right")
@@ -369,8 +389,8 @@ def _predict_table(s: dict[str, Any], preds: list[analysis.Prediction]):
     from rich.table import Table
 
     which = (f"key {s['key']}" if s.get("key") else (_mix(s) or "the file")) + (f"; {s['note']}" if s.get("note") else "")
-    t = Table(title=f"Prediction from {s['file']}, {which} ({s['basis']} cycles; topk 1 chain; accept len incl. "
-                    f"bonus; verify+extend+other held flat, draft ms per step x steps)")
+    t = Table(title=plain(f"Prediction from {s['file']}, {which} ({s['basis']} cycles; topk 1 chain; accept len incl. "
+                          f"bonus; verify+extend+other held flat, draft ms per step x steps)"))
     for c in ("steps", "draft tok", "accept len", "cycle ms", "tok/s", "vs base", "row"):
         t.add_column(c, justify="right")
     for p in preds:
@@ -415,10 +435,12 @@ def run(args: argparse.Namespace) -> int:
     summaries = []
     ranks: dict[str, Any] = {}
     runs: list[profile_log.ProfileRun] = []
+    named = set(args.files)
     for group in _rank_groups(args.files):
-        loaded = [profile_log.load(f) for f in group]
+        loaded, skipped = _load_group(group, named)
         runs.append(loaded[0])
         per = [profile_log.summarize(r, all_windows=args.all_windows) for r in loaded]
+        per[0]["notes"].extend(skipped)
         summaries.append(_with_baseline(per[0], args.baseline_tps))  # the table shows rank 0's stream
         spread = profile_log.rank_spread(per)
         if spread:
@@ -479,9 +501,9 @@ def run(args: argparse.Namespace) -> int:
     for s in summaries:
         notes = s["notes"]
         for n in notes[:_MAX_NOTES]:
-            err.print(f"note: {n}", highlight=False, markup=False)
+            err.print(f"note: {clean(n)}", highlight=False, markup=False)
         if len(notes) > _MAX_NOTES:
-            err.print(f"note: ... and {len(notes) - _MAX_NOTES} more for {s['file']} (see --json)",
+            err.print(f"note: ... and {len(notes) - _MAX_NOTES} more for {clean(s['file'])} (see --json)",
                       highlight=False, markup=False)
     for v in predictions.values():
         out.print(_predict_table(v["summary"], v["rows"]))

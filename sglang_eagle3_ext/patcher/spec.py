@@ -16,6 +16,7 @@ import yaml
 
 from ..errors import UserError
 from ..resources import data_dir
+from ..safeparse import yaml_load
 from ..sglang_env import SGLangEnv, parse_version
 
 KINDS = ("decode-probes", "method-entry", "after-assign")
@@ -137,7 +138,7 @@ def load_specs(directory: Path | None = None) -> list[Patch]:
     patches: list[Patch] = []
     for f in files:
         try:
-            data = yaml.safe_load(f.read_text(encoding="utf-8")) or {}
+            data = yaml_load(f.read_text(encoding="utf-8"), f.name) or {}
         except yaml.YAMLError as exc:
             raise UserError(f"{f.name}: invalid YAML ({exc})") from exc
         for d in data.get("patches") or []:

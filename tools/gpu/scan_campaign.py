@@ -93,6 +93,23 @@ def scan_cmd(models: str, steps: str, conc: str, out: Path, port: int, *, bs: in
             "--max-total-tokens", str(max(8192, bs * 640)), *extra]
 
 
+PACK: dict[str, Path] = {}  # "src": the working folder, "dest": the tarball under --out
+
+
+def checkpoint() -> None:
+    """Pack what exists now (temp file + rename): a call cut at its limit still returns the last one."""
+    src, dest = PACK["src"], PACK["dest"]
+    for f in src.rglob("*.log"):  # keep logs small: head and tail
+        lines = f.read_text(errors="replace").splitlines()
+        if len(lines) > 300:
+            f.write_text("\n".join(lines[:100] + ["[...]"] + lines[-200:]) + "\n")
+    tmp = dest.with_suffix(".part")
+    with tarfile.open(tmp, "w:gz") as tf:
+        tf.add(src, arcname=src.name)
+    tmp.replace(dest)
+    C.log(f"packed {dest.name}")
+
+
 def scan_env() -> dict[str, str]:
     """The stand-in scan server runs this checkout's real hold decider (rehearsal only)."""
     if not REHEARSE:
@@ -135,6 +152,7 @@ def plan_scan_8b(out: Path) -> dict[str, server.Server]:
     started = C.start_all(cfgs, stagger=0 if REHEARSE else 90)
     run_cli(scan_cmd("8b", "0-5", "1,8,32", out / "scan", 31100, bs=32), out / "scan.txt", timeout=330,
             env=scan_env())
+    checkpoint()
     bench_groups(specs, started, out)
     return started
 
@@ -172,6 +190,7 @@ def plan_adapt_8b(out: Path) -> dict[str, server.Server]:
         sv = started.get(f"{spec.name}-{spec.configs[0].slug}")
         if sv is not None and sv.is_running():
             transition(sv, out / spec.name / "transition.json")
+        checkpoint()
     return started
 
 
@@ -189,8 +208,11 @@ def main() -> int:
     if a.rehearse:
         REHEARSE = True
         C.WORK = Path(a.out) / "work"
-    out = Path(a.out) / a.plan
+    # work outside --out (only the tarball and the log travel back: at most 8 files come back)
+    out = Path("/tmp/scan-campaign" if not REHEARSE else Path(a.out) / "work-out") / a.plan
+    shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
+    PACK.update(src=out, dest=Path(a.out) / f"{a.plan}.tar.gz")
 
     def hard_stop(_sig: int, _frame: Any) -> None:
         raise KeyboardInterrupt(f"hard stop at {a.hard_stop:.0f} s")
@@ -208,19 +230,13 @@ def main() -> int:
         C.log(f"interrupted: {exc}")
     finally:
         signal.alarm(0)
+        (out / "wall.json").write_text(json.dumps({"plan": a.plan, "wall_s": time.monotonic() - t0}))
+        checkpoint()  # before the stops: a call cut while servers stop still has everything
         for sv in {id(x): x for x in [*LIVE, *started.values()]}.values():
             try:
-                sv.stop(grace=5)
+                sv.stop(grace=3)
             except Exception:  # noqa: BLE001
                 pass
-        for f in out.rglob("*.log"):  # keep logs small: head and tail
-            lines = f.read_text(errors="replace").splitlines()
-            if len(lines) > 300:
-                f.write_text("\n".join(lines[:100] + ["[...]"] + lines[-200:]) + "\n")
-        (out / "wall.json").write_text(json.dumps({"plan": a.plan, "wall_s": time.monotonic() - t0}))
-        with tarfile.open(Path(a.out) / f"{a.plan}.tar.gz", "w:gz") as tf:
-            tf.add(out, arcname=a.plan)
-        C.log("packed")
     return 0
 
 
