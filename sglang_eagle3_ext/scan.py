@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import statistics
 import time
 from collections.abc import Callable
@@ -223,6 +224,84 @@ def probe_mix(records: list[dict[str, Any]]) -> dict[str, Any] | None:
                           for s in sorted({v["steps"] for v in merged.values()})}}
 
 
+def client_aggregate(bench_doc: dict[str, Any]) -> dict[str, Any] | None:
+    """The client's aggregate over a level's counted requests (warm-up runs left out): decode
+    tokens / decode seconds, both summed over requests (bench.py RequestRecord: completion tokens
+    after the first chunk, last token - first token). The like-for-like twin of the probes'
+    aggregate; the mean of per-request rates is not, when requests ran under different step counts."""
+    tok = 0
+    sec = 0.0
+    n = 0
+    for run in bench_doc.get("runs") or []:
+        for q in run.get("requests") or []:
+            if q.get("error") or q.get("decode_tok_s") is None:
+                continue
+            t0, t1 = q.get("ttft_s"), q.get("last_token_s")
+            after = int(q.get("completion_tokens") or 0) - int(q.get("first_chunk_tokens") or 1)
+            if t0 is None or t1 is None or after <= 0 or not t1 > t0:
+                continue
+            tok += after
+            sec += float(t1) - float(t0)
+            n += 1
+    if not n:
+        return None
+    return {"per_stream_tok_s": round(tok / sec, 2), "decode_tokens": tok, "decode_s": round(sec, 4), "requests": n,
+            "basis": "decode tokens / decode seconds summed over the level's requests (every cycle they were in: "
+                     "all step counts of the schedule, boundary cycles and the gaps between cycles)"}
+
+
+def probe_aggregate(cells: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The probes' aggregate over a level's steady cycles, every key (all step counts, drain batch
+    sizes too): tokens / request-milliseconds, i.e. sum tokens x 1000 / sum (batch size x cycle ms)
+    -- the same quantity as client_aggregate, measured inside the server."""
+    tok = sum(c.get("tokens") or 0 for c in cells)
+    req_ms = sum(c["bs"] * c["cycles"] * (c.get("cycle_ms") or 0.0) for c in cells)
+    if not (tok and req_ms):
+        return None
+    return {"per_stream_tok_s": round(tok * 1000.0 / req_ms, 2), "tokens": tok, "request_ms": round(req_ms, 2),
+            "cycles": sum(c["cycles"] for c in cells),
+            "steps_mix": {str(s): sum(c["cycles"] for c in cells if c["steps"] == s)
+                          for s in sorted({c["steps"] for c in cells})},
+            "basis": "tokens x 1000 / sum of batch size x cycle ms over the level's steady cycles (boundary "
+                     "cycles left out)"}
+
+
+def twin(doc: dict[str, Any], level: int) -> dict[str, Any] | None:
+    """One level's outside twin, like for like: the client's aggregate against the probes'
+    aggregate over the same level; the client's mean / median of per-request rates beside them."""
+    cl = (doc.get("client") or {}).get(str(level)) or {}
+    agg = cl.get("aggregate")
+    pa = probe_aggregate([c for c in doc.get("cells", []) if c["level"] == level])
+    if not (agg or pa or cl):
+        return None
+    diff = (round((pa["per_stream_tok_s"] / agg["per_stream_tok_s"] - 1) * 100, 2)
+            if agg and pa and agg.get("per_stream_tok_s") else None)
+    return {"level": level, "client_aggregate": agg, "probes": pa, "probes_vs_client_pct": diff,
+            "client_mean": cl.get("per_stream_tok_s"), "client_median": cl.get("per_stream_tok_s_median"),
+            "throughput_tok_s": cl.get("throughput_tok_s"), "accept_length": cl.get("accept_length"),
+            "accept_source": cl.get("accept_source")}
+
+
+def backfill_client(doc: dict[str, Any], folder: Path) -> None:
+    """Scan results written before the client aggregate existed: compute it from the ladder.json
+    beside scan.json (its per-request data), saying so."""
+    missing = [k for k, v in (doc.get("client") or {}).items() if isinstance(v, dict) and "aggregate" not in v]
+    lad_path = folder / "ladder.json"
+    if not missing or not lad_path.is_file():
+        return
+    try:
+        lad = json.loads(lad_path.read_text())
+        levels = {str(lv["concurrency"]): lv["bench"] for lv in lad.get("levels") or []}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return
+    for k in missing:
+        if k in levels:
+            agg = client_aggregate(levels[k])
+            if agg:
+                agg["source"] = str(lad_path)
+            doc["client"][k]["aggregate"] = agg
+
+
 def main_cells(doc: dict[str, Any]) -> list[dict[str, Any]]:
     """The cells measured at the batch size their level aimed at (the drain batch sizes of a level,
     when requests finish one by one, stay in ``cells`` but are not compared)."""
@@ -356,30 +435,88 @@ def estimate_memory(model: str | None, draft: str | None, candidates: list[int],
                                                "-- --cuda-graph-max-bs-decode N to fix it)" if assumed_b else
                                                " (from the launch args)")
                       + ", from hidden/intermediate/vocab sizes of the configs; no pool sharing between states "
-                        "(upper estimate); the server log's 'Capture ... end ... mem usage' lines are "
-                        "the measured twin, printed after the start")}
+                        "(upper estimate); the measured twin is read from the server log ('Capture ... end ... mem "
+                        "usage' and 'Built adaptive runtime state ... mem=' lines), printed with the results")}
 
 
-def log_graph_memory(log_path: str | Path | None) -> dict[str, Any] | None:
-    """The measured twin: SGLang's own 'Capture <what> CUDA graph end. elapsed=..., mem usage=X GB,
-    avail mem=Y GB.' lines (0.5.16 model_runner_components/cuda_graph_setup.py, eagle_worker_v2.py
-    draft decode / draft extend), summed over every capture of every state."""
-    import re
+_CAPTURE_END = re.compile(r"Capture ([\w -]+?) end\..*?mem usage=([\d.]+) GB(?:, avail mem=([\d.]+) GB)?",
+                          re.IGNORECASE)
+_BUILT = re.compile(r"Built adaptive runtime state steps=(\d+):.*?mem=(-?[\d.]+) ?GB")
+_START = re.compile(r"AdaptiveSpeculativeParams initialized: steps=(\d+)")
+_RANK = re.compile(r"^\[[^\]]*?\bTP(\d+)\b[^\]]*\]")
 
+
+def log_graph_memory(log_path: str | Path | None, start_steps: int | None = None) -> dict[str, Any] | None:
+    """The measured twin of estimate_memory, from SGLang's own log lines (rank 0 only: lines of
+    other TP ranks, '[... TP1]', are skipped).
+
+    Two kinds of line (0.5.16; the same text from 0.5.12.post1 to 0.5.23):
+    - 'Capture <what> CUDA graph end. elapsed=..., mem usage=X GB, avail mem=Y GB.'
+      (model_runner_components/cuda_graph_setup.py: target verify; eagle_worker_v2.py: draft decode,
+      draft extend), logged for the start state and, inside each built state, for its draft graphs;
+    - 'Built adaptive runtime state steps=N: elapsed=...s, mem=X GB' (eagle_worker_v2.py
+      build_adaptive_runtime_state, called by adaptive_runtime_state.init_states for every candidate
+      but the start step): the whole state, its draft captures and its target graphs (which log no
+      Capture line of their own) included.
+    So: start state = the Capture lines up to its draft extend capture (target verify, draft decode,
+    draft extend: the workers' own init order), or up to the first Built line; every other state =
+    its Built line (the Capture lines since the previous one are inside it, not added again).
+    """
     if not log_path or not Path(log_path).is_file():
         return None
-    pat = re.compile(r"Capture ([\w -]+?) end\..*?mem usage=([\d.]+) GB(?:, avail mem=([\d.]+) GB)?",
-                     re.IGNORECASE)
-    rows = [m for line in Path(log_path).read_text(errors="replace").splitlines() if (m := pat.search(line))]
-    if not rows:
-        return None
+    text = Path(log_path).read_text(errors="replace")
+    per_state: dict[str, float] = {}
     by: dict[str, float] = {}
-    for m in rows:
-        by[m.group(1)] = round(by.get(m.group(1), 0.0) + float(m.group(2)), 3)
-    avail = next((float(m.group(3)) for m in reversed(rows) if m.group(3)), None)
-    return {"captures": len(rows), "total_gib": round(sum(float(m.group(2)) for m in rows), 3), "by_capture": by,
-            "avail_after_gib": avail,
-            "basis": "sum of 'mem usage' of every 'Capture ... end' line in the server log (rank 0)"}
+    start_gib = 0.0
+    pending = 0.0  # Capture lines since the start state's: inside the next Built line, if any
+    start_open = True
+    captures = 0
+    built = 0
+    avail = None
+    for line in text.splitlines():
+        r = _RANK.match(line)
+        if r and r.group(1) != "0":
+            continue
+        if start_steps is None and (m := _START.search(line)):
+            start_steps = int(m.group(1))
+        if m := _BUILT.search(line):
+            built += 1
+            per_state[m.group(1)] = round(per_state.get(m.group(1), 0.0) + float(m.group(2)), 3)
+            pending = 0.0
+            start_open = False
+            continue
+        if m := _CAPTURE_END.search(line):
+            captures += 1
+            by[m.group(1)] = round(by.get(m.group(1), 0.0) + float(m.group(2)), 3)
+            if m.group(3):
+                avail = float(m.group(3))
+            if start_open:
+                start_gib += float(m.group(2))
+                start_open = not m.group(1).lower().startswith("draft extend")  # the start state's last capture
+            else:
+                pending += float(m.group(2))
+    if not (captures or built):
+        return None
+    if start_gib or not built:
+        per_state = {str(start_steps) if start_steps is not None else "start": round(start_gib, 3), **per_state}
+    return {"captures": captures, "states_built": built, "per_state_gib": per_state,
+            "outside_states_gib": round(pending, 3),
+            "total_gib": round(sum(per_state.values()) + pending, 3), "by_capture": by, "avail_after_gib": avail,
+            "basis": "rank 0 of the server log: the start state = its 'Capture ... end' lines (mem usage); every "
+                     "other state = its 'Built adaptive runtime state ... mem=' line (its draft captures inside "
+                     "it); Capture lines after the last Built line are outside_states_gib"}
+
+
+def remeasure(doc: dict[str, Any], start_steps: int | None) -> None:
+    """Read the scan server's log again once it stopped (a release that builds a state later than
+    the health check, a log written late, an interrupted start): the later read wins when it saw more."""
+    log = (doc.get("memory") or {}).get("log")
+    if not log:
+        return
+    m = log_graph_memory(log, start_steps)
+    old = doc["memory"].get("measured")
+    if m and (not old or (m["captures"], m["states_built"]) > (old.get("captures", 0), old.get("states_built", 0))):
+        doc["memory"]["measured"] = m
 
 
 # ------------------------------------------------------------------ the run
@@ -419,7 +556,9 @@ def new_document(opts: ScanOptions, version: str, cfg: Any) -> dict[str, Any]:
                 "interval": "95 % t-interval of the mean over hold blocks of the key",
                 "step 0": STEP0_LABEL,
                 "client": "the bench client over the whole level: every step count of the schedule and "
-                          "boundary cycles together"}}
+                          "boundary cycles together; per_stream_tok_s is the mean of per-request rates",
+                "client.aggregate": "decode tokens / decode seconds summed over the level's requests: the twin "
+                                    "of the probes' aggregate (tokens / batch size x cycle ms over steady cycles)"}}
 
 
 def finish(doc: dict[str, Any], out_dir: Path, loader: Any, within_pct: float) -> dict[str, Any]:
@@ -500,7 +639,7 @@ def close_level(doc: dict[str, Any], opts: ScanOptions, ls: LevelState) -> None:
                                    label=f"scan level {ls.level}", ignore_eos=opts.ignore_eos)
         bdoc = bench.build_result(bopts, opts.model or "", ls.runs, ls.warm)
         doc.setdefault("_bench", {})[str(ls.level)] = bdoc
-        doc["client"][str(ls.level)] = bench.level_summary(bdoc)
+        doc["client"][str(ls.level)] = {**bench.level_summary(bdoc), "aggregate": client_aggregate(bdoc)}
     from .profile_log import control_summary
 
     doc["probe_mix"][str(ls.level)] = probe_mix(ls.records)
@@ -564,12 +703,15 @@ def run_scan(opts: ScanOptions, cfg: Any, out_dir: Path, *, version: str, loader
     t0 = time.monotonic()
     try:
         srv = factory(cfg)
+        doc["memory"]["log"] = str(srv.log_path) if getattr(srv, "log_path", None) else None
         log(f"starting one server with {len(opts.candidates)} states (steps {opts.candidates}), start step "
             f"{cfg.steps}; log {getattr(srv, 'log_path', '?')}")
         srv.start(wait=True)
         doc["start_s"] = round(time.monotonic() - t0, 1)
         log(f"ready after {doc['start_s']:.0f} s")
-        doc["memory"]["measured"] = log_graph_memory(getattr(srv, "log_path", None))
+        doc["memory"]["measured"] = m = log_graph_memory(doc["memory"]["log"], cfg.steps)
+        log(f"graph memory (server log, rank 0): {m['total_gib']:.2f} GiB over {len(m['per_state_gib'])} state(s)"
+            if m else "graph memory: no capture line in the server log yet (read again after the stop)")
         model = opts.model
         for n in opts.levels:
             ls = LevelState(n)
@@ -599,6 +741,7 @@ def run_scan(opts: ScanOptions, cfg: Any, out_dir: Path, *, version: str, loader
         if srv is not None:
             srv.stop()
         doc["wall_s"] = round(time.monotonic() - t0, 1)
+        remeasure(doc, cfg.steps)
     lad = ladder_doc(doc, getattr(cfg, "url", ""))
     if lad:
         write_json(out_dir / "ladder.json", lad)
@@ -646,6 +789,7 @@ def load(path: str | Path) -> dict[str, Any]:
     for i, c in enumerate(data["cells"]):
         if not isinstance(c, dict) or not all(isinstance(c.get(k), int) for k in ("steps", "bs", "level")):
             raise UserError(f"{f}: cells[{i}] needs integer steps, bs and level", exit_code=2)
+    backfill_client(data, f.parent)
     return data
 
 

@@ -118,6 +118,16 @@ def test_scan_end_to_end_one_start(scanned):
     assert Path(ad["path"]).is_file() and set(ad["tiers"]) == {"1", "4"}
     assert ad["reasons"]["1"].startswith(f"best {doc['best']['1']['steps']} steps")
     assert doc["client"]["1"]["per_stream_tok_s"] > 0 and doc["probe_mix"]["1"]["cycles"] > 0
+    # the outside twin like with like: the client's aggregate beside the probes' aggregate
+    tw = scan.twin(doc, 1)
+    assert tw["client_aggregate"]["requests"] > 0 and tw["probes"]["cycles"] > 0
+    assert "client aggregate" in text_out and "not an aggregate" in text_out
+    # graph memory measured at run time from the stand-in's 0.5.16-format lines (start state 3's
+    # captures, then one 'Built adaptive runtime state' line per other candidate)
+    m = doc["memory"]["measured"]
+    assert m["per_state_gib"] == pytest.approx({"3": round(standin_scan.state_gib(3) - 0.02 + 0.01 + 0.01, 2),
+                                                **{str(s): standin_scan.state_gib(s) for s in (0, 1, 2)}})
+    assert m["states_built"] == 3 and "graph memory measured (server log, rank 0)" in text_out
     assert (out / "ladder.json").is_file()
     assert "step 0 (SGLang, not plain decoding)" in text_out
     assert "ESTIMATED" in text_out and "outside twin" in text_out

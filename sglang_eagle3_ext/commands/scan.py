@@ -273,6 +273,47 @@ def _label(steps: int) -> str:
     return STEP0_LABEL if steps == 0 else f"{steps} step{'s' if steps > 1 else ''}"
 
 
+def twin_lines(tw: dict[str, Any] | None) -> list[str]:
+    """The outside twin of one level, like for like: the client's aggregate (decode tokens / decode
+    seconds over its requests) against the probes' aggregate over the same level; the client's
+    mean of per-request rates beside it, named as what it is."""
+    if not tw:
+        return []
+    agg, pa = tw.get("client_aggregate") or {}, tw.get("probes") or {}
+    d = tw.get("probes_vs_client_pct")
+    lines = [f"  outside twin, level {tw['level']}: client aggregate {_f(agg.get('per_stream_tok_s'))} tok/s per stream "
+             f"(decode tokens / decode s summed over {agg.get('requests', 0)} requests: every cycle they were in, all "
+             f"step counts, boundary cycles and gaps too) vs probes {_f(pa.get('per_stream_tok_s'))} (tokens / "
+             f"batch size x cycle ms over {pa.get('cycles', 0)} steady cycles {pa.get('steps_mix', {})})"
+             + (f": {d:+.1f}% probes vs client" if d is not None else "")]
+    lines.append(f"    client per request: mean {_f(tw.get('client_mean'))}, median {_f(tw.get('client_median'))} tok/s "
+                 f"(a mean of rates of requests that each ran under several step counts: not an aggregate); total "
+                 f"{_f(tw.get('throughput_tok_s'))} tok/s; accept len {_f(tw.get('accept_length'), '.2f')} "
+                 f"({tw.get('accept_source') or '-'}, every cycle)")
+    return lines
+
+
+def memory_lines(mem: dict[str, Any]) -> list[str]:
+    """Graph memory of the states: measured (server log) per state beside the estimate."""
+    est = mem.get("estimate") or {}
+    m = mem.get("measured")
+    e_tot = est.get("total_gib")
+    if not m:
+        if not (mem or est):
+            return []
+        return [f"graph memory measured: not recorded (memory.measured is null: no 'Capture ... end' / 'Built "
+                f"adaptive runtime state' line was read from {mem.get('log') or 'the server log'}); estimated before "
+                f"the start: {_f(e_tot, '.2f')} GiB"]
+    e_per = est.get("per_state_gib") or {}
+    per = ", ".join(f"s{k} {v:.2f}" + (f" (est. {e_per[k]:.2f})" if k in e_per else "")
+                    for k, v in sorted(m.get("per_state_gib", {}).items(), key=lambda kv: (not kv[0].isdigit(), kv[0])))
+    extra = f"; {m['outside_states_gib']:.2f} GiB outside the states" if m.get("outside_states_gib") else ""
+    return [f"graph memory measured (server log, rank 0): {m['total_gib']:.2f} GiB over "
+            f"{len(m.get('per_state_gib') or {})} state(s) ({per} GiB){extra}; estimated before the start: "
+            f"{_f(e_tot, '.2f')} GiB; {m.get('captures', 0)} capture line(s), {m.get('states_built', 0)} "
+            f"'Built adaptive runtime state' line(s)"]
+
+
 def render(doc: dict[str, Any]) -> None:
     from rich.table import Table
 
@@ -314,16 +355,8 @@ def render(doc: dict[str, Any]) -> None:
             t.add_row(scan.PLAIN_LABEL, f"{bl.get('runs', '-')} runs (client)", "", "", "", "", "", "", "",
                       _f(bl["per_stream_tok_s"]), _f(bl["throughput_tok_s"]), *(["+0.0%"] if vs_name else []))
         out.print(t)
-        cl, mix = (doc.get("client") or {}).get(str(lv)), (doc.get("probe_mix") or {}).get(str(lv))
-        if cl or mix:
-            d = (f" ({(mix['per_stream_tok_s'] / cl['per_stream_tok_s'] - 1) * 100:+.1f}% probes vs client)"
-                 if cl and mix and cl.get("per_stream_tok_s") and mix.get("per_stream_tok_s") else "")
-            out.print(f"  outside twin, whole level {lv}: client {_f((cl or {}).get('per_stream_tok_s'))} tok/s per "
-                      f"stream, {_f((cl or {}).get('throughput_tok_s'))} total, accept len "
-                      f"{_f((cl or {}).get('accept_length'), '.2f')} (every cycle of the schedule, boundaries too); "
-                      f"probes' mix {_f((mix or {}).get('per_stream_tok_s'))} per stream over "
-                      f"{(mix or {}).get('cycles', 0)} steady cycles {(mix or {}).get('steps_mix', {})}{d}",
-                      highlight=False, markup=False)
+        for line in twin_lines(scan.twin(doc, lv)):
+            out.print(line, highlight=False, markup=False)
     drain = len(doc.get("cells", [])) - len(scan.main_cells(doc))
     if drain:
         out.print(f"  ({drain} more cell(s) at drain batch sizes, while a level's requests finished: in scan.json)",
@@ -351,11 +384,7 @@ def render(doc: dict[str, Any]) -> None:
             out.print(f"  tier {k}: {why}", highlight=False, markup=False)
         out.print(f"  launch with: sgl-eagle3 launch ... --adaptive {ad['path']}  (starts at --steps "
                   f"{ad['launch_steps']})", highlight=False, markup=False)
-    mem = doc.get("memory") or {}
-    if (mem.get("measured") or {}).get("total_gib") is not None:
-        est = (mem.get("estimate") or {}).get("total_gib")
-        out.print(f"graph memory measured (server log): {mem['measured']['total_gib']:.2f} GiB over "
-                  f"{mem['measured']['captures']} captures; estimated before the start: {_f(est, '.2f')} GiB",
-                  highlight=False, markup=False)
+    for line in memory_lines(doc.get("memory") or {}):
+        out.print(line, highlight=False, markup=False)
     for n in doc.get("notes", []):
         err.print(f"note: {n}", highlight=False, markup=False)

@@ -265,6 +265,37 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"data: [DONE]\n\n")
 
 
+def state_gib(steps: int) -> float:
+    """The stand-in's graph memory of one state (what its log lines say)."""
+    return round(0.05 * (steps + 1), 2)
+
+
+def graph_log(cands: list[int], start: int | None) -> None:
+    """SGLang 0.5.16's graph lines, in its order and text: the start state's captures
+    (model_runner_components/cuda_graph_setup.py, eagle_worker_v2.py), then for every other
+    candidate its draft captures and one 'Built adaptive runtime state' line
+    (eagle_worker_v2.build_adaptive_runtime_state, which also holds the state's target graphs)."""
+    ts = "[2026-12-01 20:25:44]"
+    if start is None:
+        return
+    print(f"{ts} AdaptiveSpeculativeParams initialized: steps={start}, candidate_steps={cands}", flush=True)
+    print(f"{ts} Capture target verify CUDA graph begin. backend=full, num_tokens_per_req={start + 1}, bs=[1, 2, 4], "
+          f"avail mem=62.56 GB", flush=True)
+    print(f"{ts} Capture target verify CUDA graph end. elapsed=3.13 s, mem usage={state_gib(start) - 0.02:.2f} GB, "
+          f"avail mem=62.29 GB.", flush=True)
+    print(f"{ts} Capture draft decode CUDA graph end. elapsed=1.00 s, mem usage=0.01 GB, avail mem=62.28 GB.", flush=True)
+    print(f"{ts} Capture draft extend CUDA graph end. elapsed=1.00 s, mem usage=0.01 GB, avail mem=62.27 GB.", flush=True)
+    for s in cands:
+        if s == start:
+            continue
+        if s > 0:
+            print(f"{ts} Capture draft decode CUDA graph end. elapsed=0.50 s, mem usage=0.01 GB, avail mem=62.00 GB.",
+                  flush=True)
+        print(f"{ts} Capture draft extend CUDA graph end. elapsed=0.50 s, mem usage=0.01 GB, avail mem=61.99 GB.",
+              flush=True)
+        print(f"{ts} Built adaptive runtime state steps={s}: elapsed=1.20s, mem={state_gib(s):.2f}GB", flush=True)
+
+
 def main() -> int:
     global ENGINE
     host, port = arg("--host", "127.0.0.1"), int(arg("--port", "30000") or 30000)
@@ -273,9 +304,7 @@ def main() -> int:
         print("torch.OutOfMemoryError: CUDA out of memory while capturing the graphs of state 4", flush=True)
         return 1
     ENGINE = Engine()
-    for s in ENGINE.cands if ENGINE.spec else []:
-        print(f"Capture cuda graph end. Time elapsed: 0.01 s. mem usage={0.1 * (s + 1):.2f} GB. "
-              f"avail mem=70.00 GB.", flush=True)
+    graph_log(sorted(ENGINE.cands), ENGINE.current)
     threading.Thread(target=ENGINE.loop, daemon=True).start()
     httpd = ThreadingHTTPServer((host, port), Handler)
     httpd.daemon_threads = True
