@@ -24,10 +24,10 @@ from .store import ShardWriter
 from .tokenizer import (  # noqa: F401
     CHAT_TEMPLATE,
     EOS,
-    TAIL_TEMPLATE,
     MAX_POS,
     PAD,
     SPECIALS,
+    TAIL_TEMPLATE,
     VOCAB,
     build_tokenizer,
     chat_last_token,
