@@ -81,8 +81,8 @@ def _sglang_tree(ns: dict, m: trees.TreeMaps, root: int, steps: int, topk: int, 
         if i == steps - 1:
             break
         topk_p, topk_index = ns["fast_topk"](probs(input_ids.tolist()), topk, -1)
-    _, idx, tokens = ns["organize_draft_results"](score_list, token_list, parents_list, dt)
-    return idx[0].tolist(), tokens[0].tolist()
+    parent_list, idx, tokens = ns["organize_draft_results"](score_list, token_list, parents_list, dt)
+    return idx[0].tolist(), tokens[0].tolist(), parent_list[0].tolist()
 
 
 @pytest.mark.parametrize("cfg", [(3, 2, 7), (3, 4, 8), (3, 4, 13), (4, 8, 20), (5, 4, 21), (2, 8, 9)])
@@ -91,7 +91,7 @@ def test_selection_equals_sglang_release_code(maps, cfg):
     rng = random.Random(3)
     for root in rng.sample(range(len(maps.cands)), 6):
         nodes = trees.build_tree(maps, root, *cfg)
-        idx, toks = _sglang_tree(ns, maps, root, *cfg)
+        idx, toks, _ = _sglang_tree(ns, maps, root, *cfg)
         assert [n.idx for n in nodes] == idx
         assert [n.token for n in nodes] == toks
 

@@ -1,0 +1,172 @@
+"""Tree-aware probes (probes/tree.py) from recorded tree cycles.
+
+The cycles are recorded from real code: SGLang 0.5.16's own selection functions
+(``_select_top_k_tokens_*``, ``organize_draft_results``, from the release source) build each tree
+from the tree construction's draft scores (tiny/trees.py, pure Python: no model build), and the
+accept_index rows are what greedy verify accepts there. Faked: only the GPU side of
+``AsyncCapture`` (a tensor whose ``.to("cpu", non_blocking=True)`` hands back itself and a CUDA
+event that reports done after a set number of queries), because there is no GPU here.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang_eagle3_ext.probes import tree as ptree
+from sglang_eagle3_ext.tiny import trees
+
+torch = pytest.importorskip("torch")
+
+from test_tiny_trees import _release_funcs, _sglang_tree  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def maps():
+    return trees.tree_maps(0.7, [0.5, 0.3], 0, 1024)
+
+
+def _record(maps, steps, topk, dt, cycles, bs=1):
+    """Recorded cycles: (accept_index [bs, steps+1], top_scores_index [bs, D-1], parent_list)."""
+    ns = _release_funcs()
+    roots = [0 + 97 * b for b in range(bs)]
+    out = []
+    for _ in range(cycles):
+        acc, tsi, par = [], [], []
+        for b, root in enumerate(roots):
+            idx, toks, parents = _sglang_tree(ns, maps, root, steps, topk, dt)
+            nodes = trees.build_tree(maps, root, steps, topk, dt)
+            path, bonus = trees.verify_tree(maps, root, nodes)
+            pos = [idx.index(n.idx) + 1 for n in path]
+            row = [b * dt] + [b * dt + p for p in pos]
+            acc.append(row + [-1] * (steps + 1 - len(row)))
+            tsi.append(idx)
+            par.append(parents)
+            roots[b] = bonus
+        out.append((acc, tsi, par, list(roots)))
+    return out
+
+
+@pytest.mark.parametrize("cfg", [(3, 4, 13), (5, 8, 21), (3, 2, 7), (4, 1, 5)])
+def test_probe_accept_len_equals_sglang_counter(maps, cfg):
+    steps, topk, dt = cfg
+    st = ptree.TreeStats(steps, topk, dt)
+    rec = _record(maps, steps, topk, dt, 60, bs=2)
+    tokens = 0
+    for acc, tsi, par, _ in rec:
+        for b, row in enumerate(acc):
+            c = ptree.decode_cycle(row, b, tsi[b], par[b], topk, steps, dt)
+            st.add(c)
+            tokens += sum(1 for a in row if a >= 0)  # SGLang: accepted drafts + bonus per verify
+    r = st.record()
+    assert r["accept_len"] == pytest.approx(tokens / st.cycles, abs=1e-4)
+    assert r["cycles"] == 120
+    assert sum(r["rank_hist"]) == tokens - st.cycles
+
+
+def test_ranks_equal_the_construction(maps):
+    steps, topk, dt = 3, 4, 13
+    rec = _record(maps, steps, topk, dt, 30)
+    root = 0
+    for acc, tsi, par, nxt in rec:
+        path, _ = trees.verify_tree(maps, root, trees.build_tree(maps, root, steps, topk, dt))
+        c = ptree.decode_cycle(acc[0], 0, tsi[0], par[0], topk, steps, dt)
+        assert c.ranks == [n.rank for n in path] and c.depth == len(path)
+        root = nxt[0]
+
+
+def test_chain_from_tree_exact_cycles_equal_the_chain(maps):
+    """Where the probe says exact, the chain of s' steps from the same root accepts exactly that."""
+    steps, topk, dt = 5, 4, 21
+    rec = _record(maps, steps, topk, dt, 120)
+    roots = [0] + [r[3][0] for r in rec[:-1]]
+    exact = bound = 0
+    for (acc, tsi, par, _), root in zip(rec, roots, strict=True):
+        c = ptree.decode_cycle(acc[0], 0, tsi[0], par[0], topk, steps, dt)
+        for s in range(1, steps + 1):
+            chain_nodes = trees.build_tree(maps, root, s, 1, s + 1)
+            want = len(trees.verify_tree(maps, root, chain_nodes)[0])
+            got, ok = c.chain[s]
+            if ok:
+                exact += 1
+                assert got == want
+            else:
+                bound += 1
+                assert got <= want
+    assert exact > 10 * max(bound, 1) or bound == 0
+
+
+def test_tree_derived_chain_close_to_chain_simulation(maps):
+    """Averaged over a tree run, the derived 3-step chain is within 2 % of the chain itself."""
+    steps, topk, dt = 3, 4, 13
+    st = ptree.TreeStats(steps, topk, dt)
+    for acc, tsi, par, _ in _record(maps, steps, topk, dt, 400):
+        st.add(ptree.decode_cycle(acc[0], 0, tsi[0], par[0], topk, steps, dt))
+    r = st.record()
+    chain = trees.simulate_tree(maps, 3, 1, 4, cycles=4000).accept_len
+    assert r["chain"]["3"]["accept_len"] == pytest.approx(chain, rel=0.03)
+    assert r["per_depth"][0] is not None and 0 < r["per_depth"][0] <= 1
+
+
+class FakeTensor:
+    def __init__(self, rows):
+        self.rows = rows
+        self.copies = []
+
+    def to(self, device, non_blocking=False):
+        self.copies.append((device, non_blocking))
+        return self
+
+    def tolist(self):
+        return self.rows
+
+
+class FakeEvent:
+    gpu_done = False  # the fake GPU: every recorded event completes when the test says so
+
+    def __init__(self):
+        self.synced = False
+
+    def record(self):
+        pass
+
+    def query(self):
+        return FakeEvent.gpu_done
+
+    def synchronize(self):
+        self.synced = True
+
+
+class FakeTorch:
+    class cuda:  # noqa: N801
+        Event = FakeEvent
+
+
+def test_async_capture_never_waits(maps):
+    steps, topk, dt = 3, 4, 13
+    cap = ptree.AsyncCapture(FakeTorch, steps, topk, dt)
+    rec = _record(maps, steps, topk, dt, 3)
+    ts = []
+    for acc, tsi, par, _ in rec:
+        t = [FakeTensor(acc), FakeTensor(tsi), FakeTensor(par)]
+        ts.extend(t)
+        cap.capture(*t)
+    assert all(c == [("cpu", True)] for t in ts for c in [t.copies])
+    FakeEvent.gpu_done = False
+    assert cap.drain() == 0  # events not done yet: nothing read, nothing waited on
+    FakeEvent.gpu_done = True
+    assert cap.drain() == 3
+    assert cap.stats.cycles == 3
+    FakeEvent.gpu_done = False
+    cap.capture(FakeTensor(rec[0][0]), FakeTensor(rec[0][1]), FakeTensor(rec[0][2]))
+    assert cap.drain(wait=True) == 1 and cap.pending == [] and cap.stats.cycles == 4
+
+
+def test_merge_windows(maps):
+    steps, topk, dt = 3, 2, 7
+    a, b = ptree.TreeStats(steps, topk, dt), ptree.TreeStats(steps, topk, dt)
+    rec = _record(maps, steps, topk, dt, 20)
+    for i, (acc, tsi, par, _) in enumerate(rec):
+        (a if i % 2 else b).add(ptree.decode_cycle(acc[0], 0, tsi[0], par[0], topk, steps, dt))
+    m = ptree.merge([a.record(), b.record(), {}])
+    assert m["cycles"] == 20 and m["tokens"] == a.tokens + b.tokens
+    assert ptree.merge([]) is None
