@@ -170,3 +170,32 @@ def test_merge_windows(maps):
     m = ptree.merge([a.record(), b.record(), {}])
     assert m["cycles"] == 20 and m["tokens"] == a.tokens + b.tokens
     assert ptree.merge([]) is None
+
+
+def test_plugin_hooks_capture_and_window_field(maps):
+    """The AROUND hooks with fake originals (no SGLang forward on CPU): build_eagle_verify_input's
+    tree + eagle_sample's accept_index reach the window field; errors never raise."""
+    from types import SimpleNamespace
+
+    steps, topk, dt = 3, 4, 13
+    rec = _record(maps, steps, topk, dt, 4)
+    ptree._State.cap = ptree.AsyncCapture(FakeTorch, steps, topk, dt)
+    ptree._State.errors = 0
+    FakeEvent.gpu_done = True
+    vi = SimpleNamespace(spec_steps=steps, topk=topk, draft_token_num=dt)
+
+    class T(FakeTensor):
+        def numel(self):
+            return len(self.rows)
+
+    for acc, tsi, par, _ in rec:
+        ptree.around_build_verify_input(lambda *a, **k: "vi", "batch", "draft_input", T(par), T(tsi), "toks")
+        out = ptree.around_eagle_sample(lambda *a, _acc=acc, **k: ("pred", "n", T(_acc)), vi, "batch", "logits")
+        assert out[0] == "pred"
+    ptree.around_eagle_sample(lambda *a, **k: ("pred", "n", None), vi)  # no layout: ignored
+    ptree.around_build_verify_input(lambda *a, **k: None, 1, 2, 3, 4)
+    ptree.around_eagle_sample(lambda *a, **k: ("p", "n", object()), vi)  # broken tensor: counted
+    f = ptree.window_field()
+    assert f["cycles"] == 4 and f["errors"] == 1 and f["pending"] == 0
+    assert ptree.window_field() is None  # a fresh window after each read
+    ptree._State.cap = None

@@ -198,3 +198,81 @@ class AsyncCapture:
                                     st.steps, st.draft_tokens))
             done += 1
         return done
+
+
+# ---------------------------------------------------------------- plugin hooks (SGLang >= 0.5.11)
+
+# AROUND hooks on module-level functions of speculative/eagle_utils.py (0.5.16; HookRegistry
+# updates the names the worker modules imported too). build_eagle_verify_input runs outside the
+# CUDA graph every cycle and receives the tree (parent_list, top_scores_index: positional args
+# 3 and 4, as EagleDraftWorker.draft calls it); eagle_sample returns accept_index (3rd result).
+TARGETS = ("sglang.srt.speculative.eagle_utils.build_eagle_verify_input",
+           "sglang.srt.speculative.eagle_utils.eagle_sample")
+
+
+class _State:
+    layout: tuple[Any, Any] | None = None
+    cap: AsyncCapture | None = None
+    errors: int = 0
+
+
+def _arg(args: tuple, kwargs: dict, i: int, name: str) -> Any:
+    return kwargs[name] if name in kwargs else (args[i] if len(args) > i else None)
+
+
+def around_build_verify_input(original: Any, *args: Any, **kwargs: Any) -> Any:
+    try:
+        _State.layout = (_arg(args, kwargs, 3, "top_scores_index"), _arg(args, kwargs, 2, "parent_list"))
+    except Exception:  # noqa: BLE001 - never raise into SGLang
+        _State.layout = None
+    return original(*args, **kwargs)
+
+
+def around_eagle_sample(original: Any, *args: Any, **kwargs: Any) -> Any:
+    result = original(*args, **kwargs)
+    try:
+        lay, _State.layout = _State.layout, None
+        vi = _arg(args, kwargs, 0, "verify_input")
+        if lay is None or vi is None or lay[0] is None or lay[1] is None:
+            return result
+        accept_index = result[2]
+        if accept_index.numel() == 0:
+            return result
+        steps, topk, dt = int(vi.spec_steps), int(vi.topk), int(vi.draft_token_num)
+        cap = _State.cap
+        if cap is None or (cap.stats.steps, cap.stats.topk, cap.stats.draft_tokens) != (steps, topk, dt):
+            import torch
+
+            cap = _State.cap = AsyncCapture(torch, steps, topk, dt)
+        cap.drain()
+        cap.capture(accept_index, lay[0], lay[1])
+    except Exception:  # noqa: BLE001 - never raise into SGLang; counted in the record
+        _State.errors += 1
+    return result
+
+
+def register_hooks(registry: Any, hook_type: Any) -> list[str]:
+    """Register both AROUND hooks (the plugin calls this with the probes on)."""
+    registry.register(TARGETS[0], around_build_verify_input, hook_type.AROUND)
+    registry.register(TARGETS[1], around_eagle_sample, hook_type.AROUND)
+    return list(TARGETS)
+
+
+def window_field() -> dict[str, Any] | None:
+    """The window record's ``"tree"`` field: every cycle whose copy has landed (never waits),
+    then a fresh sum for the next window. None when no tree cycle was captured."""
+    cap = _State.cap
+    if cap is None:
+        return None
+    try:
+        cap.drain()
+        rec = cap.stats.record()
+        rec["pending"] = len(cap.pending)  # captured, copy not landed yet: next window's
+        rec["dropped"] = cap.dropped
+        rec["errors"] = _State.errors
+        st = cap.stats
+        cap.stats = TreeStats(st.steps, st.topk, st.draft_tokens)
+        cap.dropped = 0
+        return rec if rec["cycles"] else None
+    except Exception:  # noqa: BLE001
+        return None
