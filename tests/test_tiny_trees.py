@@ -164,7 +164,7 @@ def test_draft_ranks_and_scores_survive_chained_steps(built, maps):
 def test_reduced_llama3_8b_tree_build(tmp_path):
     m = tiny.build(tmp_path, 0.7, alternatives="0.5", shape=tiny.get_shape(
         "llama3-8b", layers=4, hidden=256, heads=4, kv_heads=4, head_dim=64, intermediate=256,
-        vocab=4096, draft_vocab=1536))
+        vocab=4096, draft_vocab=1024))
     mp = trees.load_maps(m.root)
     rng = random.Random(1)
     ctx = [[rng.randrange(2040) for _ in range(12)] for _ in range(8)]

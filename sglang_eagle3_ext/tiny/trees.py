@@ -23,6 +23,7 @@ ends with arc i's word walks arc i: per-prompt accept lengths of different diffi
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
 from dataclasses import dataclass, field
@@ -41,7 +42,7 @@ S_LO, S_HI = 0.75, 1.33  # per-token scale of the rank profile (log-uniform)
 LOW_MARGIN = 12.0  # every non-candidate row at least this far below the lowest candidate
 TREE_NORM_SCALE = 2.0 ** -12  # final-norm weight: the carried hidden moves logits by < 0.01
 REGION_NAMES = ("easy", "medium", "hard", "harder", "hardest")
-GRID_STEPS = (1, 2, 3, 4, 5, 6)
+GRID_STEPS = (1, 2, 3, 4, 5)
 GRID_TOPK = (1, 2, 4, 8)
 
 
@@ -91,12 +92,16 @@ class TreeMaps:
     logits: list[list[float]]  # hot id -> designed (or realized) candidate logits
     order: list[int]  # the hot cycle in walk order
     regions: list[dict[str, Any]] = field(default_factory=list)
+    tree_cache: dict[tuple[int, int, int], dict[int, list[Any]]] = field(default_factory=dict, repr=False)
 
     def logprobs(self, x: int) -> list[float]:
-        lg = self.logits[x]
-        m = max(lg)
-        z = m + math.log(sum(math.exp(v - m) for v in lg))
-        return [v - z for v in lg]
+        lp = self.tree_cache.setdefault((0, 0, 0), {})  # per-token log-probs, with the trees
+        if x not in lp:
+            lg = self.logits[x]
+            m = max(lg)
+            z = m + math.log(sum(math.exp(v - m) for v in lg))
+            lp[x] = [v - z for v in lg]
+        return lp[x]
 
     def to_dict(self) -> dict[str, Any]:
         return {"cands": self.cands, "rank": self.rank,
@@ -208,8 +213,8 @@ def build_tree(m: TreeMaps, root: int, steps: int, topk: int, draft_tokens: int)
                                    par.logscore + lpp[r]))
         level = range(base, len(scored))
         # top-k of the k*k children by cumulative score (ties: lower index first)
-        selected = sorted(level, key=lambda i: (-scored[i].logscore, i))[:topk]
-    best = sorted(range(len(scored)), key=lambda i: (-scored[i].logscore, i))[:draft_tokens - 1]
+        selected = heapq.nsmallest(topk, level, key=lambda i: (-scored[i].logscore, i))
+    best = heapq.nsmallest(draft_tokens - 1, range(len(scored)), key=lambda i: (-scored[i].logscore, i))
     return [scored[i] for i in sorted(best)]
 
 
@@ -259,7 +264,7 @@ def _run(m: TreeMaps, start: int, steps: int, topk: int, draft_tokens: int, *, c
     reached, accepted = [0] * steps, [0] * steps
     ranks = [0] * topk
     hist = [0] * (steps + 1)
-    cache: dict[int, list[Node]] = {}
+    cache = m.tree_cache.setdefault((steps, topk, draft_tokens), {})
     while (verifies < cycles) if cycles else (done < max_tokens):
         nodes = cache.get(x)
         if nodes is None:
@@ -295,11 +300,12 @@ def simulate_tree_request(m: TreeMaps, steps: int, topk: int, draft_tokens: int,
 
 
 def default_budgets(steps: int, topk: int) -> list[int]:
-    """Draft-token budgets tiny.json lists per (steps, topk): chain; 2 and 4 nodes per level."""
+    """Draft-token budgets tiny.json lists per (steps, topk): the chain; 2 and 4 nodes per level;
+    steps x topk + 1 (the largest SGLang's bench_speculative runs)."""
     if topk == 1:
         return [steps + 1]
-    most = topk + (steps - 1) * topk * topk
-    return sorted({min(1 + most, 1 + 2 * steps), min(1 + most, 1 + 4 * steps)})
+    most = 1 + min(topk + (steps - 1) * topk * topk, steps * topk)
+    return sorted({min(most, 1 + 2 * steps), min(most, 1 + 4 * steps), most})
 
 
 def key(steps: int, topk: int, draft_tokens: int) -> str:
@@ -418,6 +424,7 @@ def multi_readout(inputs: Any, m: TreeMaps, rows: int, iters: int = 400) -> tupl
         raise UserError("tiny: could not build the tree draft's readout (try another --seed)")
     realized = [[round(float(v), 4) for v in row] for row in got.cpu()]
     m.logits = realized
+    m.tree_cache.clear()  # trees depend on the scores
     return w, realized
 
 

@@ -69,7 +69,7 @@ def main(root: Path) -> int:
         print(line + f"; per depth {tr['per_depth']}; ranks {tr['rank_hist']}")
         if c["topk"] > 1:
             derived[key] = {s: v["accept_len"] for s, v in tr["chain"].items()}
-            print(f"    chain from this tree: " + ", ".join(
+            print("    chain from this tree: " + ", ".join(
                 f"{s} steps {v['accept_len']:.3f}{'' if v['exact'] else ' (lower bound on ' + str(v['lower_bound_cycles']) + ' verifies)'}"
                 for s, v in tr["chain"].items()))
     for key, ch in derived.items():
