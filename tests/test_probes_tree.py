@@ -199,3 +199,27 @@ def test_plugin_hooks_capture_and_window_field(maps):
     assert f["cycles"] == 4 and f["errors"] == 1 and f["pending"] == 0
     assert ptree.window_field() is None  # a fresh window after each read
     ptree._State.cap = None
+
+
+def test_chain_replay_brackets_the_chain_on_the_same_tokens(maps):
+    """One stream: greedy output is the same for chain and tree, so the tree run's agreements
+    replay the chain server on the same tokens: the lower bound is below it, the estimate within
+    3 % of it (unknown agreements filled at the known rate); without unknowns it is exact."""
+    steps, topk, dt = 5, 4, 21
+    st = ptree.TreeStats(steps, topk, dt)
+    for acc, tsi, par, _ in _record(maps, steps, topk, dt, 80):
+        st.add(ptree.decode_cycle(acc[0], 0, tsi[0], par[0], topk, steps, dt), single=True)
+    n = len(st.seq)
+    rep = st.replay()
+    for s in (3, 5):
+        x, tokens, verifies = 0, 0, 0
+        while tokens < n:  # the chain server over the same tokens, from the same root
+            path, x = trees.verify_tree(maps, x, trees.build_tree(maps, x, s, 1, s + 1))
+            tokens += min(len(path) + 1, n - tokens)
+            verifies += 1
+        chain = n / verifies
+        assert rep[s]["accept_len_lower"] <= chain + 1e-9
+        assert rep[s]["accept_len_est"] == pytest.approx(chain, rel=0.03)
+    exact = ptree._replay([True, True, False, True, False], 2)
+    assert exact == (2.5, 2, 0)  # root 0: accept 1, 2 (capped), bonus 3; root 3: accept 4, bonus 5
+    assert st.record()["chain_replay"]["3"]["tokens"] == n

@@ -45,6 +45,10 @@ class CycleTree:
     depth: int  # accepted drafts (= accepted depth)
     ranks: list[int]  # sibling rank of each accepted node, depth order
     chain: dict[int, tuple[int, bool]]  # steps' -> (chain accepted drafts, exact?)
+    # per token this verify settles (root, accepted nodes): was its rank-0 child the target's
+    # next token? None = not verified (pruned / last depth). Greedy output is the same for chain
+    # and tree, so these replay the chain server on the very same tokens (TreeStats.replay).
+    agree: list[bool | None] = field(default_factory=list)
 
 
 def decode_cycle(accept_row: Sequence[int], row: int, top_scores_index: Sequence[int],
@@ -67,7 +71,13 @@ def decode_cycle(accept_row: Sequence[int], row: int, top_scores_index: Sequence
     chain = {}
     for s in range(1, steps + 1):
         chain[s] = (min(lead, s), known or lead >= s)
-    return CycleTree(n, ranks, chain)
+    agree: list[bool | None] = [r == 0 for r in ranks]  # root .. node n-1: the next node's rank
+    if n == 0:
+        agree.append(False)  # the root's rank-0 child is always in the tree (best level-1 score)
+    else:
+        agree.append(False if n < steps and _rank0_child(idxs[-1], n, parent_list, topk) in in_tree
+                     else None)
+    return CycleTree(n, ranks, chain, agree)
 
 
 def _rank0_child(idx: int, depth: int, parent_list: Sequence[int], topk: int) -> int:
@@ -94,6 +104,7 @@ class TreeStats:
     rank_hist: list[int] = field(default_factory=list)
     chain_tokens: dict[int, int] = field(default_factory=dict)
     chain_bound: dict[int, int] = field(default_factory=dict)  # cycles where it is a lower bound
+    seq: list[bool | None] = field(default_factory=list)  # single-stream cycles' agreements
 
     def __post_init__(self) -> None:
         self.depth_hist = self.depth_hist or [0] * (self.steps + 1)
@@ -102,7 +113,10 @@ class TreeStats:
             self.chain_tokens.setdefault(s, 0)
             self.chain_bound.setdefault(s, 0)
 
-    def add(self, c: CycleTree) -> None:
+    def add(self, c: CycleTree, single: bool = False) -> None:
+        """``single``: the verify had one request (its tokens continue the previous one's)."""
+        if single:
+            self.seq.extend(c.agree)
         self.cycles += 1
         self.tokens += c.depth + 1
         self.depth_hist[min(c.depth, self.steps)] += 1
@@ -121,7 +135,7 @@ class TreeStats:
             reached = sum(self.depth_hist[d - 1:])
             got = sum(self.depth_hist[d:])
             per_depth.append(round(got / reached, 4) if reached else None)
-        return {
+        rec = {
             "steps": self.steps, "topk": self.topk, "draft_tokens": self.draft_tokens,
             "cycles": n, "tokens": self.tokens,
             "accept_len": round(self.tokens / n, 4) if n else None,
@@ -132,6 +146,49 @@ class TreeStats:
                                "exact": self.chain_bound[s] == 0}
                       for s in range(1, self.steps + 1)},
         }
+        if self.seq:
+            rec["chain_replay"] = {str(s): v for s, v in self.replay().items()}
+        return rec
+
+    def replay(self, fills: int = 64) -> dict[int, dict[str, Any]]:
+        """The chain of s steps run over the single-stream tokens, (accepted + bonus) / verifies.
+        ``accept_len_lower``: unknown agreements taken as rejections (a lower bound);
+        ``accept_len_est``: unknowns filled at the rate of the known ones (mean of ``fills``
+        seeded fills; estimated, flagged by ``unknown`` > 0)."""
+        import random
+
+        known = [a for a in self.seq if a is not None]
+        rate = sum(known) / len(known) if known else 0.0
+        rng = random.Random(24)
+        out = {}
+        for s in range(1, self.steps + 1):
+            lo, verifies, unknown = _replay(self.seq, s)
+            est = lo
+            if unknown:
+                vals = []
+                for _ in range(fills):
+                    filled = [a if a is not None else rng.random() < rate for a in self.seq]
+                    vals.append(_replay(filled, s)[0])
+                est = sum(vals) / len(vals)
+            out[s] = {"accept_len_lower": round(lo, 4), "accept_len_est": round(est, 4),
+                      "verifies": verifies, "unknown": unknown, "tokens": len(self.seq),
+                      "known_rate": round(rate, 4)}
+        return out
+
+
+def _replay(seq: Sequence[bool | None], s: int) -> tuple[float, int, int]:
+    pos = verifies = tokens = unknown = 0
+    n = len(seq)
+    while pos < n:
+        run = 0
+        while run < s and pos + run < n and seq[pos + run]:
+            run += 1
+        if run < s and pos + run < n and seq[pos + run] is None:
+            unknown += 1
+        verifies += 1
+        tokens += run + 1
+        pos += run + 1
+    return (tokens / verifies if verifies else 0.0), verifies, unknown
 
 
 def merge(records: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
@@ -195,7 +252,7 @@ class AsyncCapture:
             acc_l, tsi_l, par_l = acc.tolist(), tsi.tolist(), par.tolist()
             for b, row in enumerate(acc_l):
                 st.add(decode_cycle(row, b, tsi_l[b], par_l[b] if par_l else [], st.topk,
-                                    st.steps, st.draft_tokens))
+                                    st.steps, st.draft_tokens), single=len(acc_l) == 1)
             done += 1
         return done
 

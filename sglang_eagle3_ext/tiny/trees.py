@@ -254,6 +254,7 @@ class TreeSim:
     rank_hist: list[int]  # accepted nodes by sibling rank
     verifies: int
     hist: list[int]  # verifies by accepted drafts
+    chain_cut: list[float] = field(default_factory=list)  # s = 1..steps: the probes' derived chain
 
 
 def _run(m: TreeMaps, start: int, steps: int, topk: int, draft_tokens: int, *, cycles: int = 0,
@@ -265,6 +266,7 @@ def _run(m: TreeMaps, start: int, steps: int, topk: int, draft_tokens: int, *, c
     ranks = [0] * topk
     hist = [0] * (steps + 1)
     cache = m.tree_cache.setdefault((steps, topk, draft_tokens), {})
+    cut = [0] * steps
     while (verifies < cycles) if cycles else (done < max_tokens):
         nodes = cache.get(x)
         if nodes is None:
@@ -277,6 +279,11 @@ def _run(m: TreeMaps, start: int, steps: int, topk: int, draft_tokens: int, *, c
             accepted[d] += 1
         for node in path:
             ranks[node.rank] += 1
+        lead = 0
+        while lead < n and path[lead].rank == 0:
+            lead += 1
+        for s in range(steps):
+            cut[s] += min(lead, s + 1) + 1
         hist[n] += 1
         verifies += 1
         total += n + 1
@@ -284,7 +291,7 @@ def _run(m: TreeMaps, start: int, steps: int, topk: int, draft_tokens: int, *, c
         x = bonus
     rates = [a / r if r else 0.0 for a, r in zip(accepted, reached, strict=True)]
     alen = total / verifies if cycles else max_tokens / verifies
-    return TreeSim(alen, rates, ranks, verifies, hist)
+    return TreeSim(alen, rates, ranks, verifies, hist, [c / verifies for c in cut])
 
 
 def simulate_tree(m: TreeMaps, steps: int, topk: int, draft_tokens: int, cycles: int = 4000,
@@ -325,6 +332,8 @@ def tree_info(m: TreeMaps, chat_last: int | None, request_tokens: tuple[int, ...
     if chat_last is not None:
         info["chat_last_token"] = chat_last
         info["expected_accept_len_chat"] = {str(t): {} for t in request_tokens}
+        # what probes/tree.py's chain[s] reads on that request (the chain on the tree's verifies)
+        info["expected_chain_from_tree_chat"] = {str(t): {} for t in request_tokens}
     if prompts:
         info["expected_accept_len_prompt"] = {name: {} for name in prompts}
     for steps in GRID_STEPS:
@@ -339,6 +348,9 @@ def tree_info(m: TreeMaps, chat_last: int | None, request_tokens: tuple[int, ...
                     for t in request_tokens:
                         r = simulate_tree_request(m, steps, topk, dt, chat_last, t)
                         info["expected_accept_len_chat"][str(t)][k] = round(r.accept_len, 4)
+                        if topk > 1:
+                            info["expected_chain_from_tree_chat"][str(t)][k] = [
+                                round(v, 4) for v in r.chain_cut]
                 for name, last in (prompts or {}).items():
                     r = simulate_tree_request(m, steps, topk, dt, last, request_tokens[0])
                     info["expected_accept_len_prompt"][name][k] = round(r.accept_len, 4)
