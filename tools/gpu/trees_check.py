@@ -68,7 +68,19 @@ def main(root: Path) -> int:
             line += f", plain probes {acc / ver:.3f} ({d:+.2f} %) {'OK' if ok else 'MISS'}"
         print(line + f"; per depth {tr['per_depth']}; ranks {tr['rank_hist']}")
         if c["topk"] > 1:
-            derived[key] = {s: v["accept_len"] for s, v in tr["chain"].items()}
+            # the single-stream replay (same tokens as a chain server), token-weighted over windows
+            reps = [r["tree"]["chain_replay"] for r in recs if (r.get("tree") or {}).get("chain_replay")]
+            derived[key] = {}
+            for s in tr["chain"]:
+                parts = [(x[s]["tokens"], x[s]["accept_len_est"], x[s]["accept_len_lower"], x[s]["unknown"])
+                         for x in reps if s in x]
+                tok = sum(p[0] for p in parts)
+                if tok:
+                    est = tok / sum(p[0] / p[1] for p in parts)
+                    lo = tok / sum(p[0] / p[2] for p in parts)
+                    derived[key][s] = est
+                    print(f"    chain replay {s} steps (1 stream): estimate {est:.3f}, lower bound "
+                          f"{lo:.3f}, {sum(p[3] for p in parts)} unknown agreements of {tok} tokens")
             print("    chain from this tree: " + ", ".join(
                 f"{s} steps {v['accept_len']:.3f}{'' if v['exact'] else ' (lower bound on ' + str(v['lower_bound_cycles']) + ' verifies)'}"
                 for s, v in tr["chain"].items()))
