@@ -28,6 +28,7 @@ from .safeparse import json_loads, yaml_load
 
 SCHEMA = "eagle3_sweep/1"
 MATRIX_KEYS = ("steps", "topk", "draft_tokens", "nccl", "custom_all_reduce")
+MATRIX_EXTRA = ("trees",)  # explicit [steps, topk, draft tokens] items besides the product
 TOP_KEYS = {"name", "preset", "launch", "matrix", "baseline", "profile", "profile_every",
             "profile_mode", "bench", "concurrency"}
 BENCH_KEYS = {"runs", "warmup", "max_tokens", "prompt", "prompts", "concurrency", "ignore_eos",
@@ -117,8 +118,8 @@ def load_spec(path: str | Path) -> SweepSpec:
         raise UserError(f"{p}: unknown key(s) {', '.join(sorted(unknown))}; known: "
                         f"{', '.join(sorted(TOP_KEYS))}", exit_code=2)
     matrix = data.get("matrix") or {}
-    if not isinstance(matrix, dict) or set(matrix) - set(MATRIX_KEYS):
-        raise UserError(f"{p}: matrix keys are {', '.join(MATRIX_KEYS)}", exit_code=2)
+    if not isinstance(matrix, dict) or set(matrix) - set(MATRIX_KEYS) - set(MATRIX_EXTRA):
+        raise UserError(f"{p}: matrix keys are {', '.join(MATRIX_KEYS + MATRIX_EXTRA)}", exit_code=2)
     bench = data.get("bench") or {}
     if not isinstance(bench, dict) or set(bench) - BENCH_KEYS:
         raise UserError(f"{p}: bench keys are {', '.join(sorted(BENCH_KEYS))}", exit_code=2)
@@ -148,8 +149,17 @@ def load_spec(path: str | Path) -> SweepSpec:
                             + (" (steps 0 = the no-spec baseline)" if name == "steps" else ""), exit_code=2)
     if any(v != "auto" and (isinstance(v, bool) or not isinstance(v, int) or v < 2) for v in dt_l):
         raise UserError(f"{p}: matrix.draft_tokens are integers >= 2 or 'auto'", exit_code=2)
+    trees_l = []
+    for t in _list(matrix.get("trees", [])):
+        ok = (isinstance(t, list) and len(t) == 3
+              and all(isinstance(v, int) and not isinstance(v, bool) for v in t))
+        if not ok or t[0] < 1 or t[1] < 1 or t[2] < 2 or (t[1] == 1 and t[2] != t[0] + 1) \
+                or t[0] * t[1] + 1 < t[2]:
+            raise UserError(f"{p}: matrix.trees items are [steps, topk, draft_tokens] with "
+                            f"steps*topk+1 >= draft_tokens >= 2 (topk 1: steps+1), got {t!r}", exit_code=2)
+        trees_l.append(tuple(t))
     baseline = bool(data.get("baseline", True))
-    if not steps_l and not baseline:
+    if not steps_l and not trees_l and not baseline:
         raise UserError(f"{p}: nothing to run (no matrix.steps and baseline: false)", exit_code=2)
 
     configs: list[ConfigSpec] = []
@@ -175,6 +185,9 @@ def load_spec(path: str | Path) -> SweepSpec:
             if s * k + 1 < d:  # SGLang bench_speculative.py skips these trees too
                 skipped.append({"name": name, "reason": f"steps*topk+1 = {s * k + 1} < draft_tokens {d}"})
                 continue
+            add(ConfigSpec(name, _slug(name), False, s, k, d, nccl, car))
+        for s, k, d in trees_l:  # explicit (steps, topk, draft tokens): a budget per tree
+            name = f"eagle3 s{s} k{k} d{d}{sfx}"
             add(ConfigSpec(name, _slug(name), False, s, k, d, nccl, car))
     pe = data.get("profile_every")
     return SweepSpec(name=str(data.get("name") or p.stem), launch=launch,

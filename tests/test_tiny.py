@@ -274,6 +274,7 @@ class DraftEmulator:
         s2 = (torch.nn.functional.silu(gate) * up) @ w[p + "mlp.down_proj.weight"].T + s
         normed = _rms(s2, w["norm.weight"], eps)
         logits = normed @ w["lm_head.weight"].T
+        self.last_logits = logits  # tests of the tree draft read the ranked candidates
         d = int(logits.argmax())
         hot = d + int(w["d2t"][d])
         aux = normed if self.cfg.get("norm_output") else s2

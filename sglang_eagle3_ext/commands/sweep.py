@@ -207,6 +207,9 @@ def _report(doc: dict[str, Any], out_dir: Path, no_plots: bool, scratch: bool = 
 
     analysis = sweep.analyse(doc)
     analysis["tiers"] = tiers.analyse(doc, out_dir)
+    from .. import treeverdict
+
+    analysis["trees"] = treeverdict.verdict(doc, out_dir)
     doc["analysis"] = analysis
     try:
         write_json(out_dir / "results.json", doc)
@@ -216,6 +219,9 @@ def _report(doc: dict[str, Any], out_dir: Path, no_plots: bool, scratch: bool = 
     print_analysis(analysis)
     if analysis["tiers"]:
         print_tiers(analysis["tiers"])
+    if analysis["trees"]:
+        for line in treeverdict.lines(analysis["trees"]):
+            out.print(line, highlight=False, markup=False)
     if not no_plots and rs:
         from .. import plot
 

@@ -39,6 +39,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trained-on", metavar="LAYERS", default=None,
                    help="wiring construction: the draft is right only when SGLang captures the "
                         "outputs of exactly these layers (our convention, e.g. 2,16,29); needs P")
+    p.add_argument("--alternatives", metavar="A1[,A2...]", default=None,
+                   help="tree construction: where rank 0 is wrong, rank 1 holds the target's token "
+                        "with probability A1, where ranks 0-1 are wrong rank 2 with A2, ... (needs P)")
+    p.add_argument("--regions", metavar="P1,P2[,...]", default=None,
+                   help="tree construction with prompt regions: rank-0 probability per region "
+                        "(easy, medium, hard, ...); a chat prompt ending with a region's marker word "
+                        "walks that region (docs/tiny.md, Trees)")
+    p.add_argument("--tree", action="append", metavar="STEPS,TOPK,DRAFT_TOKENS", default=None,
+                   help="also print the expected accept length of this tree configuration (repeatable)")
+    p.add_argument("--prompts", metavar="FILE", default=None,
+                   help="tree build: print each prompt's expected accept length (one chat request "
+                        "of 256 tokens) at the configurations printed")
     p.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
     p.add_argument("--force", action="store_true", help="build a real-size shape even without a GPU")
     p.add_argument("--device", default=None, metavar="cuda|cpu", help="build device (default cuda if any)")
@@ -70,10 +82,81 @@ def validate(args: argparse.Namespace):
         if isinstance(accs[0], str):
             raise UserError("--trained-on needs --acceptance P (or a list of P)", exit_code=2)
         wiring.plan(shape, trained, args.seed)
+    from ..tiny import trees
+
+    alts = trees.parse_alternatives(getattr(args, "alternatives", None))
+    regs = trees.parse_regions(getattr(args, "regions", None))
+    if (alts or regs) and (len(accs) != 1 or isinstance(accs[0], str) or trained is not None):
+        raise UserError("--alternatives / --regions need one --acceptance P (no list, no "
+                        "--trained-on)", exit_code=2)
+    for item in getattr(args, "tree", None) or []:
+        trees.check_config(*parse_tree(item))
     if args.device not in (None, "cpu", "cuda") and not str(args.device).startswith("cuda:"):
         raise UserError(f"--device must be cuda or cpu, got {args.device!r}", exit_code=2)
     tiny.check_device(shape, len(accs), args.device, args.force)
     return accs, shape, trained
+
+
+def parse_tree(item: str) -> tuple[int, int, int]:
+    try:
+        a, b, c = (int(x) for x in item.split(","))
+    except ValueError:
+        raise UserError(f"--tree takes STEPS,TOPK,DRAFT_TOKENS, got {item!r}", exit_code=2) from None
+    return a, b, c
+
+
+def print_tree(info: dict, root, extra: list[str] | None) -> None:
+    """The tree expectation lines (docs/tiny.md, Trees)."""
+    from ..tiny import trees
+
+    t = info["tree"]
+    fr = ", ".join(f"rank {r} {v:.3f}" for r, v in enumerate(t["rank_fraction"]) if v)
+    out.print(f"tree draft: the target's token is at {fr}, never {t['never_fraction']:.3f}"
+              + (f"; alternatives {t['alternatives']}" if t["alternatives"] else ""), highlight=False)
+    exp = t["expected_accept_len"]
+    chat = t.get("expected_accept_len_chat", {}).get("256", {})
+    prompts = t.get("expected_accept_len_prompt", {})
+    cfgs = [(3, 1, 4), (3, 2, 7), (3, 4, 7), (3, 4, 13), (3, 8, 13), (5, 1, 6), (5, 4, 9),
+            (5, 4, 21), (5, 8, 21)]
+    for item in extra or []:
+        cfgs.append(parse_tree(item))
+    maps = None
+    for st, k, d in cfgs:
+        key = trees.key(st, k, d)
+        if key not in exp:
+            if maps is None:
+                m = json.loads((root / "maps.json").read_text())
+                maps = trees.maps_from_dict(m["f"], m["tree"], len(m["tree"]["rank"]))
+            sim = trees.simulate_tree(maps, st, k, d)
+            val, dep = sim.accept_len, sim.per_depth
+        else:
+            val, dep = exp[key], t["per_depth"][key]
+        line = (f"  steps {st} topk {k} draft tokens {d:>2}: expected accept length {val:.2f} "
+                f"(per depth {', '.join(f'{r:.2f}' for r in dep)})")
+        if key in chat:
+            line += f"; one chat request of 256 tokens {chat[key]:.2f}"
+        if prompts and key in next(iter(prompts.values())):
+            line += "; per prompt region " + ", ".join(
+                f"{r['name']} ({w}) {prompts[w][key]:.2f}" for r, w in zip(t["regions"], t["markers"],
+                                                                          strict=False))
+        out.print(line, highlight=False)
+    if t.get("markers"):
+        out.print("  regions: a chat prompt ending with "
+                  + ", ".join(f"'{w}' walks {r['name']} (P {r['p']})" for r, w in
+                              zip(t["regions"], t["markers"], strict=False))
+                  + " (examples/prompts-trees.jsonl)", highlight=False)
+
+
+def print_prompts(root, path: str, extra: list[str] | None) -> None:
+    from ..prompts import load_prompts
+    from ..tiny import trees
+
+    cfgs = [(3, 1, 4), (3, 4, 13), (5, 8, 21)] + [parse_tree(x) for x in extra or []]
+    prompts = load_prompts(path)
+    for i, row in enumerate(trees.expect_prompts(root, prompts, cfgs)):
+        text = prompts[i] if isinstance(prompts[i], str) else prompts[i][-1]["content"]
+        out.print(f"  prompt {i + 1} ({text[:40]!r}, last token {row['last_token']}): "
+                  + ", ".join(f"{k} {v:.2f}" for k, v in row["expected"].items()), highlight=False)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -86,7 +169,9 @@ def run(args: argparse.Namespace) -> int:
     what = "tiny models" if shape.name == "tiny" and not shape.overrides else f"{shape.name} models"
     err.print(f"building {what} (acceptance={label if len(accs) > 1 else accs[0]}, seed={args.seed}) ...")
     models = tiny.build(args.out, args.acceptance, seed=args.seed, shape=shape, trained_on=trained,
-                        force=args.force, device=args.device)
+                        force=args.force, device=args.device,
+                        alternatives=getattr(args, "alternatives", None),
+                        regions=getattr(args, "regions", None))
     rc = 0
     if getattr(args, "verify", False):
         from ..tiny.verify import verify
@@ -131,6 +216,10 @@ def run(args: argparse.Namespace) -> int:
             out.print(("  " if multi else "") + "per-position acceptance at 4 steps: "
                       + ", ".join(f"{r:.2f}" for r in d["per_position"]["4"])
                       + f"  (needs SGLang {info['min_sglang']})", highlight=False)
+    if "tree" in info:
+        print_tree(info, models.root, getattr(args, "tree", None))
+        if getattr(args, "prompts", None):
+            print_prompts(models.root, args.prompts, getattr(args, "tree", None))
     if "wiring" in info:
         w = info["wiring"]
         ok = ",".join(map(str, w["trained_on"]))

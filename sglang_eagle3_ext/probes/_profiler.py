@@ -368,6 +368,11 @@ class Profiler:
         # read (0 when read a window late), and reading + building the record
         rec["probe_wait_ms"] = round(wait_ms, 4)
         rec["probe_read_ms"] = round((perf_counter() - t0) * 1000.0, 4)
+        from . import tree  # additive (issue 24): the tree probes' window, when they captured any
+
+        tr = tree.window_field()
+        if tr is not None:
+            rec["tree"] = tr
         self._emit(rec)
         return rec
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import UserError
-from . import construct, draft, shapes, targets, wiring
+from . import construct, draft, shapes, targets, trees, wiring
 from .construct import READOUT_MARGIN, simulate_accept  # noqa: F401 - public
 from .gen import Gen, pick_device
 from .shapes import SHAPES, TINY, Shape, get_shape  # noqa: F401 - public
@@ -27,9 +27,11 @@ from .tokenizer import (  # noqa: F401
     MAX_POS,
     PAD,
     SPECIALS,
+    TAIL_TEMPLATE,
     VOCAB,
     build_tokenizer,
     chat_last_token,
+    marker_words,
 )
 
 Acceptance = Literal["oracle", "random"] | float
@@ -150,12 +152,15 @@ def _prepare_out(out: Path) -> None:
 
 def build(out_dir: str | Path, acceptance: Acceptance | str | list = "oracle", seed: int = 0,
           shape: Shape | str | None = None, trained_on: list[Any] | None = None,
-          force: bool = False, device: str | None = None) -> TinyModels:
+          force: bool = False, device: str | None = None, alternatives: Any = None,
+          regions: Any = None) -> TinyModels:
     """Write ``out_dir/target``, the draft folder(s) and ``out_dir/tiny.json``; return their paths.
 
     ``acceptance``: oracle | random | P, or a list of P (one target, ``draft-P/`` per value).
     ``shape``: a Shape or a name from SHAPES (default the built-in tiny one). ``trained_on``: our
     layers for the wiring construction (partial acceptance only). ``device``: default cuda if any.
+    ``alternatives`` (conditional probabilities of ranks 1, 2, ...) / ``regions`` (rank-0
+    probability per prompt region): the tree construction (trees.py; one P, no wiring).
     """
     t0 = time.perf_counter()
     accs = parse_acceptances(acceptance)
@@ -166,6 +171,12 @@ def build(out_dir: str | Path, acceptance: Acceptance | str | list = "oracle", s
     if trained_on is not None and not partial:
         raise UserError("--trained-on needs --acceptance P (the wiring draft is right with "
                         "probability P when the right layers are captured)", exit_code=2)
+    alts = trees.parse_alternatives(alternatives)
+    regs = trees.parse_regions(regions)
+    tree = bool(alts or regs)
+    if tree and (multi or not partial or trained_on is not None):
+        raise UserError("--alternatives / --regions need one --acceptance P (no list, no "
+                        "--trained-on)", exit_code=2)
     plan = wiring.plan(s, list(trained_on), seed) if trained_on is not None else None
     try:
         import torch
@@ -180,8 +191,13 @@ def build(out_dir: str | Path, acceptance: Acceptance | str | list = "oracle", s
               else [acceptance_label(a) for a in accs])  # the user's spelling: draft-1.0/
     draft_dirs = {lab: out / (f"draft-{lab}" if multi else "draft") for lab in labels}
     # SGLang reads the target's tokenizer; the copies keep each draft folder self-contained.
-    special = build_tokenizer(target, *draft_dirs.values())
-    chat_last = chat_last_token(target)  # every chat request's walk starts at f(chat_last)
+    special = build_tokenizer(target, *draft_dirs.values(),
+                              template=TAIL_TEMPLATE if regs else CHAT_TEMPLATE)
+    # every chat request's walk starts at f(chat_last); with regions it is the prompt's own
+    chat_last: int | None = None if regs else chat_last_token(target)
+    markers = marker_words(target, len(regs)) if regs else []
+    tmaps = (trees.tree_maps(float(accs[0]), alts, seed, s.draft_vocab, regs, [i for _, i in markers])
+             if tree else None)
 
     gen = Gen.create(seed, dev)
     # +-1 embeddings: every token has the same RMS, which the partial construction relies on.
@@ -207,6 +223,8 @@ def build(out_dir: str | Path, acceptance: Acceptance | str | list = "oracle", s
         lm_head[VOCAB - len(SPECIALS):] = 0  # specials and ids the tokenizer never makes: no EOS
     else:
         f_map, _, _ = construct.partial_maps(float(accs[0]), seed, s.draft_vocab)
+        if tmaps is not None:
+            f_map = tmaps.f  # the same cycle; marker words sent to their region's start
         normed = construct.rms_normed(embed_tok, s.rms_eps)
         if plan is not None:  # the lm_head reads the token dims only
             normed[:, plan.token_dims:] = 0
@@ -264,10 +282,19 @@ def build(out_dir: str | Path, acceptance: Acceptance | str | list = "oracle", s
         else:
             assert f_map is not None
             _, g_map, _ = construct.partial_maps(float(acc), seed, s.draft_vocab)
-            draft.make_partial(s, dw, embed_tok, code_dims, g_map)
+            if tmaps is not None:  # rank 0 is the chain's draft
+                g_map = [c[0] for c in tmaps.cands] + g_map[len(tmaps.cands):]
+                trees.make_tree_draft(s, dw, embed_tok, code_dims, tmaps, g_map)
+            else:
+                draft.make_partial(s, dw, embed_tok, code_dims, g_map)
             if plan is not None:
                 wiring.draft_fc(plan, dw["fc.weight"], gen)
             d_info.update(construct.partial_info(f_map, g_map, s.draft_vocab, chat_last))
+            if tmaps is not None:
+                prompts = {w: i for w, i in markers}
+                d_info["tree"] = {"alternatives": alts, "regions": tmaps.regions,
+                                  "markers": [w for w, _ in markers],
+                                  **trees.tree_info(tmaps, chat_last, prompts=prompts)}
             maps_g[lab] = g_map
         dwr = ShardWriter(draft_dirs[lab])
         for k, v in dw.items():
@@ -287,12 +314,15 @@ def build(out_dir: str | Path, acceptance: Acceptance | str | list = "oracle", s
         info["greedy_token"] = 0
     if partial:
         for key in ("agree_fraction", "agree_fraction_hot", "per_position", "chat_last_token",
-                    "expected_accept_len_chat", "per_position_chat", "request_range"):
-            info[key] = first[key]
+                    "expected_accept_len_chat", "per_position_chat", "request_range", "tree"):
+            if key in first:
+                info[key] = first[key]
         info["min_sglang"] = "0.5.12 (draft config norm_output)"
         maps: dict[str, Any] = {"f": f_map, "g": maps_g[labels[0]]}
         if multi:
             maps["g_by_acceptance"] = maps_g
+        if tmaps is not None:
+            maps["tree"] = tmaps.to_dict()
         (out / "maps.json").write_text(json.dumps(maps) + "\n")
     if multi:
         info["drafts"] = drafts_info

@@ -20,6 +20,14 @@ CHAT_TEMPLATE = (
 )
 
 
+# Prompt-region builds (tiny --regions): the prompt ends with the user's own last token (no
+# assistant header), so the walk of a chat request starts where its text sends it.
+TAIL_TEMPLATE = (
+    "{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}"
+    "{% if not loop.last %}<|end|>\n{% endif %}{% endfor %}"
+)
+
+
 def _corpus() -> list[str]:
     """Deterministic syllable text: rich enough for the BPE trainer to fill the whole vocab."""
     rng = random.Random(20260101)
@@ -34,7 +42,7 @@ def _corpus() -> list[str]:
     return lines
 
 
-def build_tokenizer(*outs: Path) -> dict[str, int]:
+def build_tokenizer(*outs: Path, template: str = CHAT_TEMPLATE) -> dict[str, int]:
     """Train the byte-level BPE, save it (with chat template) into each folder; return special ids."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -52,7 +60,7 @@ def build_tokenizer(*outs: Path) -> dict[str, int]:
     tok.add_special_tokens(SPECIALS)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=PAD,
                                    model_max_length=MAX_POS, clean_up_tokenization_spaces=False)
-    fast.chat_template = CHAT_TEMPLATE
+    fast.chat_template = template
     for out in outs:
         fast.save_pretrained(str(out))
     ids = {s: tok.token_to_id(s) for s in SPECIALS}
@@ -66,3 +74,23 @@ def chat_last_token(folder: Path) -> int:
     from tokenizers import Tokenizer
 
     return Tokenizer.from_file(str(folder / "tokenizer.json")).encode("<|assistant|>\n").ids[-1]
+
+
+def marker_words(folder: Path, count: int) -> list[tuple[str, int]]:
+    """Whole words (cold ids >= 1024, off the hot cycle) that end a prompt as one token:
+    the highest ids first, so the list does not depend on the seed."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    inv = {i: t for t, i in tok.get_vocab().items()}
+    out: list[tuple[str, int]] = []
+    for i in range(VOCAB - len(SPECIALS) - 1, 1023, -1):
+        t = inv.get(i, "")
+        if t.startswith("\u0120") and t[1:].isalpha() and len(t) > 4 \
+                and tok.encode("Tell me about " + t[1:]).ids[-1] == i:
+            out.append((t[1:], i))
+            if len(out) == count:
+                break
+    if len(out) < count:
+        raise UserError(f"tokenizer has fewer than {count} marker words")
+    return out

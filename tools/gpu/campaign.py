@@ -122,6 +122,25 @@ PLANS: dict[str, Any] = {
 }
 
 
+# issue 24: chain or tree per load on the llama3-8b tree draft (tools/gpu/trees_plan.md)
+TREE = ["--shape", "llama3-8b", "--acceptance", "0.7", "--alternatives", "0.5,0.3"]
+TREE_CONFIGS = [(3, 1, 4), (5, 1, 6), (3, 2, 7), (3, 4, 13), (5, 4, 21), (5, 8, 41)]
+
+
+def tree_group(name: str, models: str, draft: str, configs: list[tuple[int, int, int]],
+               conc: list[int]) -> dict[str, Any]:
+    """A group whose servers are (steps, topk, draft tokens) trees (sweep matrix.trees)."""
+    g = group(name, models, draft, [], conc)
+    g["matrix"] = {"trees": [list(c) for c in configs]}
+    g["baseline"] = False
+    return g
+
+
+PLANS["trees"] = lambda: {"route": "plugin", "build": {"tree": TREE}, "clean": ["moe"],
+                          "groups": [tree_group("trees", "tree", "draft", TREE_CONFIGS, [1, 8, 32])],
+                          "bench_serving": None, "toggle": None}
+
+
 def build(models: dict[str, list[str]], out: Path) -> None:
     for name, args in models.items():
         folder = WORK / name

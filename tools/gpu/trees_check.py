@@ -1,0 +1,103 @@
+"""Check a `campaign.py --plan trees` result on the CPU machine (tools/gpu/trees_plan.md).
+
+    python3 tools/gpu/trees_check.py DIR      # DIR = the unpacked trees/ folder of trees.tar.gz
+
+Per config: SGLang's accept length (the client's, from SGLang's counters) at each level against
+tiny.json's chat-request expectation (goal 3 %); the tree probes' accept length over every
+window against the plain probes' (goal 0.5 %); the tree-derived chain at 3 / 5 steps against the
+chain servers (goal 2 %); then the chain-or-tree verdict (sweep --report prints the same).
+Exit 1 when a goal is missed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from sglang_eagle3_ext import treeverdict  # noqa: E402
+from sglang_eagle3_ext.probes import tree as ptree  # noqa: E402
+from sglang_eagle3_ext.tiers import read_records  # noqa: E402
+
+
+def main(root: Path) -> int:
+    info = json.loads((root / "tiny-tree.json").read_text())["tree"]
+    exp = info.get("expected_accept_len_chat", {}).get("256", {})
+    doc = json.loads((root / "trees" / "results.json").read_text())
+    bad = 0
+    chain_server: dict[int, float] = {}
+    derived: dict[str, dict[str, float]] = {}
+    for c in doc["configs"]:
+        if c.get("status") != "ok":
+            print(f"{c['name']}: {c.get('status')} {c.get('error', '')}")
+            bad += 1
+            continue
+        key = f"s{c['steps']}.k{c['topk']}.d{c['draft_tokens']}"
+        want = exp.get(key)
+        if want is None:
+            from sglang_eagle3_ext.tiny import trees
+
+            print(f"{key}: not in tiny.json's grid; expectation needs maps.json ({trees.__name__})")
+        for lv in (c.get("ladder") or {}).get("levels", []):
+            got = (lv.get("summary") or {}).get("accept_length")
+            if got is None or want is None:
+                continue
+            d = 100 * (got / want - 1)
+            ok = abs(d) <= 3.0
+            bad += not ok
+            print(f"{key} at {lv['concurrency']:>2} streams: SGLang {got:.3f} vs expected {want:.3f} "
+                  f"({d:+.1f} %) {'OK' if ok else 'MISS'}")
+            if c["topk"] == 1 and lv["concurrency"] == 1:
+                chain_server[int(c["steps"])] = got
+        recs = read_records(root / "trees" / "configs" / c["slug"] / "prof.jsonl")
+        tr = ptree.merge([r.get("tree") for r in recs if r.get("tree")])
+        acc = sum(r.get("tokens", 0) or 0 for r in recs)
+        ver = sum(r.get("verifies", 0) or r.get("requests", 0) or 0 for r in recs)
+        if tr is None:
+            print(f"{key}: no tree field in the probe records (hooks not applied?)")
+            bad += 1
+            continue
+        line = f"{key}: tree probes {tr['accept_len']:.3f} over {tr['cycles']} verifies"
+        if acc and ver:
+            d = 100 * (tr["accept_len"] / (acc / ver) - 1)
+            ok = abs(d) <= 0.5
+            bad += not ok
+            line += f", plain probes {acc / ver:.3f} ({d:+.2f} %) {'OK' if ok else 'MISS'}"
+        print(line + f"; per depth {tr['per_depth']}; ranks {tr['rank_hist']}")
+        if c["topk"] > 1:
+            # the single-stream replay (same tokens as a chain server), token-weighted over windows
+            reps = [r["tree"]["chain_replay"] for r in recs if (r.get("tree") or {}).get("chain_replay")]
+            derived[key] = {}
+            for s in tr["chain"]:
+                parts = [(x[s]["tokens"], x[s]["accept_len_est"], x[s]["accept_len_lower"], x[s]["unknown"])
+                         for x in reps if s in x]
+                tok = sum(p[0] for p in parts)
+                if tok:
+                    est = tok / sum(p[0] / p[1] for p in parts)
+                    lo = tok / sum(p[0] / p[2] for p in parts)
+                    derived[key][s] = est
+                    print(f"    chain replay {s} steps (1 stream): estimate {est:.3f}, lower bound "
+                          f"{lo:.3f}, {sum(p[3] for p in parts)} unknown agreements of {tok} tokens")
+            print("    chain from this tree: " + ", ".join(
+                f"{s} steps {v['accept_len']:.3f}{'' if v['exact'] else ' (lower bound on ' + str(v['lower_bound_cycles']) + ' verifies)'}"
+                for s, v in tr["chain"].items()))
+    for key, ch in derived.items():
+        for s, server in chain_server.items():
+            if str(s) in ch and ch[str(s)]:
+                d = 100 * (ch[str(s)] / server - 1)
+                ok = abs(d) <= 2.0
+                bad += not ok
+                print(f"{key} -> chain {s} steps {ch[str(s)]:.3f} vs chain server {server:.3f} "
+                      f"({d:+.1f} %) {'OK' if ok else 'MISS'}")
+    v = treeverdict.verdict(doc, root / "trees")
+    if v:
+        print("\n".join(treeverdict.lines(v)))
+    print(f"{'all goals met' if not bad else f'{bad} goal(s) missed'}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(Path(sys.argv[1])))
