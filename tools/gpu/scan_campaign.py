@@ -194,7 +194,27 @@ def plan_adapt_8b(out: Path) -> dict[str, server.Server]:
     return started
 
 
-PLANS = {"scan-8b": plan_scan_8b, "adapt-8b": plan_adapt_8b}
+def plan_final(out: Path) -> dict[str, server.Server]:
+    """The last call of round 4: chain vs trees on the tree draft (issue 24), then the MoE scan
+    (issue 22). The disk holds one shape at a time: the tree models are deleted once their
+    servers are benched and stopped, then the MoE is built and scanned alone on the GPU."""
+    build({"tree": C.TREE}, out)
+    trees = C.tree_group("trees", "tree", "draft", [(3, 1, 4), (3, 4, 13), (5, 4, 21)], [1, 8, 32])
+    specs, cfgs = specs_for([trees], out, 31000)
+    started = C.start_all(cfgs, stagger=0 if REHEARSE else 30)
+    bench_groups(specs, started, out)
+    checkpoint()
+    for sv in started.values():
+        sv.stop(grace=3)
+    shutil.rmtree(C.WORK / "tree", ignore_errors=True)
+    build({"moe": MOE}, out)
+    run_cli(scan_cmd("moe", "0-4", "1,8", out / "scan-moe", 31100, bs=8), out / "scan-moe.txt", timeout=300,
+            env=scan_env())
+    checkpoint()
+    return started
+
+
+PLANS = {"scan-8b": plan_scan_8b, "adapt-8b": plan_adapt_8b, "final": plan_final}
 
 
 def main() -> int:
