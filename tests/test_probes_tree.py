@@ -223,3 +223,25 @@ def test_chain_replay_brackets_the_chain_on_the_same_tokens(maps):
     exact = ptree._replay([True, True, False, True, False], 2)
     assert exact == (2.5, 2, 0)  # root 0: accept 1, 2 (capped), bonus 3; root 3: accept 4, bonus 5
     assert st.record()["chain_replay"]["3"]["tokens"] == n
+
+
+@pytest.mark.parametrize("version,want", [("0.5.13", False), ("0.5.16", True), ("0.5.23", True)])
+def test_hook_targets_exist_in_the_release(version, want):
+    """The tree hooks' targets, read from the pinned release sources (no hook on older ones)."""
+    from sglang_eagle3_ext import releases
+
+    pkg = releases.fetch(version) / "sglang"
+    assert ptree.available(pkg) is want
+
+    class Reg:
+        got: list = []
+
+        @classmethod
+        def register(cls, target, fn, kind):
+            cls.got.append(target)
+
+    kinds = type("K", (), {"AROUND": "around"})
+    assert ptree.register_hooks(Reg, kinds, pkg) == (list(ptree.TARGETS) if want else [])
+    if want:  # each target module really defines the function
+        for (rel, _needle), target in zip(ptree.TARGET_FILES, ptree.TARGETS, strict=True):
+            assert target.rsplit(".", 1)[0].replace(".", "/").endswith(rel[4:-3])
