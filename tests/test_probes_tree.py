@@ -245,3 +245,25 @@ def test_hook_targets_exist_in_the_release(version, want):
     if want:  # each target module really defines the function
         for (rel, _needle), target in zip(ptree.TARGET_FILES, ptree.TARGETS, strict=True):
             assert target.rsplit(".", 1)[0].replace(".", "/").endswith(rel[4:-3])
+
+
+def test_undecodable_cycle_is_counted_not_blocking(maps):
+    steps, topk, dt = 3, 4, 13
+    cap = ptree.AsyncCapture(FakeTorch, steps, topk, dt)
+    FakeEvent.gpu_done = True
+    (acc, tsi, par, _), = _record(maps, steps, topk, dt, 1)
+    cap.capture(FakeTensor([[0, 5, -1, -1]]), FakeTensor([[]]), FakeTensor([[]]))  # bad layout
+    cap.capture(FakeTensor(acc), FakeTensor(tsi), FakeTensor(par))
+    assert cap.drain() == 2 and cap.errors == 1 and cap.stats.cycles == 1
+
+
+def test_topk1_chain_layout_of_the_v2_worker():
+    """SGLang 0.5.16 EAGLEWorkerV2._rebuild_topk1_chain_buffers: parents arange(-1, steps-1),
+    score indices arange(steps); a chain server's cycles decode through the same rule."""
+    steps, dt = 3, 4
+    tsi, par = list(range(steps)), list(range(-1, steps - 1))
+    c = ptree.decode_cycle([0, 1, 2, -1], 0, tsi, par, 1, steps, dt)
+    assert c.depth == 2 and c.ranks == [0, 0] and c.chain[3] == (2, True)
+    assert c.agree == [True, True, False]
+    c = ptree.decode_cycle([4, 5, 6, 7], 1, tsi, par, 1, steps, dt)  # row 1, all accepted
+    assert c.depth == 3 and c.chain[3] == (3, True) and c.agree[-1] is None

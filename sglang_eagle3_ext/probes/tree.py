@@ -229,6 +229,7 @@ class AsyncCapture:
         self.pending: list[tuple[Any, Any, Any, Any]] = []
         self.max_pending = max_pending
         self.dropped = 0
+        self.errors = 0  # cycles whose tensors did not decode
 
     def capture(self, accept_index: Any, top_scores_index: Any, parent_list: Any) -> None:
         if len(self.pending) >= self.max_pending:
@@ -248,11 +249,14 @@ class AsyncCapture:
                 ev.synchronize()
             elif not ev.query():
                 break
-            self.pending.pop(0)
-            acc_l, tsi_l, par_l = acc.tolist(), tsi.tolist(), par.tolist()
-            for b, row in enumerate(acc_l):
-                st.add(decode_cycle(row, b, tsi_l[b], par_l[b] if par_l else [], st.topk,
-                                    st.steps, st.draft_tokens), single=len(acc_l) == 1)
+            self.pending.pop(0)  # first: a cycle that cannot be decoded must not block the rest
+            try:
+                acc_l, tsi_l, par_l = acc.tolist(), tsi.tolist(), par.tolist()
+                for b, row in enumerate(acc_l):
+                    st.add(decode_cycle(row, b, tsi_l[b], par_l[b] if par_l else [], st.topk,
+                                        st.steps, st.draft_tokens), single=len(acc_l) == 1)
+            except Exception:  # noqa: BLE001 - an unexpected layout: counted, never raised
+                self.errors += 1
             done += 1
         return done
 
@@ -343,7 +347,7 @@ def window_field() -> dict[str, Any] | None:
         rec = cap.stats.record()
         rec["pending"] = len(cap.pending)  # captured, copy not landed yet: next window's
         rec["dropped"] = cap.dropped
-        rec["errors"] = _State.errors
+        rec["errors"] = _State.errors + cap.errors
         st = cap.stats
         cap.stats = TreeStats(st.steps, st.topk, st.draft_tokens)
         cap.dropped = 0
