@@ -223,3 +223,47 @@ def test_chain_replay_brackets_the_chain_on_the_same_tokens(maps):
     exact = ptree._replay([True, True, False, True, False], 2)
     assert exact == (2.5, 2, 0)  # root 0: accept 1, 2 (capped), bonus 3; root 3: accept 4, bonus 5
     assert st.record()["chain_replay"]["3"]["tokens"] == n
+
+
+@pytest.mark.parametrize("version,want", [("0.5.13", False), ("0.5.16", True), ("0.5.23", True)])
+def test_hook_targets_exist_in_the_release(version, want):
+    """The tree hooks' targets, read from the pinned release sources (no hook on older ones)."""
+    from sglang_eagle3_ext import releases
+
+    pkg = releases.fetch(version) / "sglang"
+    assert ptree.available(pkg) is want
+
+    class Reg:
+        got: list = []
+
+        @classmethod
+        def register(cls, target, fn, kind):
+            cls.got.append(target)
+
+    kinds = type("K", (), {"AROUND": "around"})
+    assert ptree.register_hooks(Reg, kinds, pkg) == (list(ptree.TARGETS) if want else [])
+    if want:  # each target module really defines the function
+        for (rel, _needle), target in zip(ptree.TARGET_FILES, ptree.TARGETS, strict=True):
+            assert target.rsplit(".", 1)[0].replace(".", "/").endswith(rel[4:-3])
+
+
+def test_undecodable_cycle_is_counted_not_blocking(maps):
+    steps, topk, dt = 3, 4, 13
+    cap = ptree.AsyncCapture(FakeTorch, steps, topk, dt)
+    FakeEvent.gpu_done = True
+    (acc, tsi, par, _), = _record(maps, steps, topk, dt, 1)
+    cap.capture(FakeTensor([[0, 5, -1, -1]]), FakeTensor([[]]), FakeTensor([[]]))  # bad layout
+    cap.capture(FakeTensor(acc), FakeTensor(tsi), FakeTensor(par))
+    assert cap.drain() == 2 and cap.errors == 1 and cap.stats.cycles == 1
+
+
+def test_topk1_chain_layout_of_the_v2_worker():
+    """SGLang 0.5.16 EAGLEWorkerV2._rebuild_topk1_chain_buffers: parents arange(-1, steps-1),
+    score indices arange(steps); a chain server's cycles decode through the same rule."""
+    steps, dt = 3, 4
+    tsi, par = list(range(steps)), list(range(-1, steps - 1))
+    c = ptree.decode_cycle([0, 1, 2, -1], 0, tsi, par, 1, steps, dt)
+    assert c.depth == 2 and c.ranks == [0, 0] and c.chain[3] == (2, True)
+    assert c.agree == [True, True, False]
+    c = ptree.decode_cycle([4, 5, 6, 7], 1, tsi, par, 1, steps, dt)  # row 1, all accepted
+    assert c.depth == 3 and c.chain[3] == (3, True) and c.agree[-1] is None

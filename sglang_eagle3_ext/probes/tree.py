@@ -229,6 +229,7 @@ class AsyncCapture:
         self.pending: list[tuple[Any, Any, Any, Any]] = []
         self.max_pending = max_pending
         self.dropped = 0
+        self.errors = 0  # cycles whose tensors did not decode
 
     def capture(self, accept_index: Any, top_scores_index: Any, parent_list: Any) -> None:
         if len(self.pending) >= self.max_pending:
@@ -248,23 +249,29 @@ class AsyncCapture:
                 ev.synchronize()
             elif not ev.query():
                 break
-            self.pending.pop(0)
-            acc_l, tsi_l, par_l = acc.tolist(), tsi.tolist(), par.tolist()
-            for b, row in enumerate(acc_l):
-                st.add(decode_cycle(row, b, tsi_l[b], par_l[b] if par_l else [], st.topk,
-                                    st.steps, st.draft_tokens), single=len(acc_l) == 1)
+            self.pending.pop(0)  # first: a cycle that cannot be decoded must not block the rest
+            try:
+                acc_l, tsi_l, par_l = acc.tolist(), tsi.tolist(), par.tolist()
+                for b, row in enumerate(acc_l):
+                    st.add(decode_cycle(row, b, tsi_l[b], par_l[b] if par_l else [], st.topk,
+                                        st.steps, st.draft_tokens), single=len(acc_l) == 1)
+            except Exception:  # noqa: BLE001 - an unexpected layout: counted, never raised
+                self.errors += 1
             done += 1
         return done
 
 
 # ---------------------------------------------------------------- plugin hooks (SGLang >= 0.5.11)
 
-# AROUND hooks on module-level functions of speculative/eagle_utils.py (0.5.16; HookRegistry
-# updates the names the worker modules imported too). build_eagle_verify_input runs outside the
-# CUDA graph every cycle and receives the tree (parent_list, top_scores_index: positional args
-# 3 and 4, as EagleDraftWorker.draft calls it); eagle_sample returns accept_index (3rd result).
-TARGETS = ("sglang.srt.speculative.eagle_utils.build_eagle_verify_input",
+# AROUND hooks on module-level functions (SGLang 0.5.16+; HookRegistry's _propagate_patch also
+# rebinds the names the worker modules imported). eagle_worker_common.build_eagle_verify_input
+# runs outside the CUDA graph every cycle and receives the tree (parent_list, top_scores_index:
+# positional args 3 and 4, as EagleDraftWorker.draft calls it); eagle_utils.eagle_sample returns
+# accept_index (3rd result). Releases without both functions get no tree hooks.
+TARGETS = ("sglang.srt.speculative.eagle_worker_common.build_eagle_verify_input",
            "sglang.srt.speculative.eagle_utils.eagle_sample")
+TARGET_FILES = (("srt/speculative/eagle_worker_common.py", "def build_eagle_verify_input("),
+                ("srt/speculative/eagle_utils.py", "def eagle_sample("))
 
 
 class _State:
@@ -308,8 +315,22 @@ def around_eagle_sample(original: Any, *args: Any, **kwargs: Any) -> Any:
     return result
 
 
-def register_hooks(registry: Any, hook_type: Any) -> list[str]:
-    """Register both AROUND hooks (the plugin calls this with the probes on)."""
+def available(package_dir: Any) -> bool:
+    """Both target functions exist in this SGLang source tree (``sglang/`` folder)."""
+    from pathlib import Path
+
+    try:
+        return all(needle in (Path(package_dir) / rel).read_text(encoding="utf-8")
+                   for rel, needle in TARGET_FILES)
+    except OSError:
+        return False
+
+
+def register_hooks(registry: Any, hook_type: Any, package_dir: Any = None) -> list[str]:
+    """Register both AROUND hooks (the plugin calls this with the probes on); none when
+    ``package_dir`` lacks the target functions (before 0.5.16)."""
+    if package_dir is not None and not available(package_dir):
+        return []
     registry.register(TARGETS[0], around_build_verify_input, hook_type.AROUND)
     registry.register(TARGETS[1], around_eagle_sample, hook_type.AROUND)
     return list(TARGETS)
@@ -326,7 +347,7 @@ def window_field() -> dict[str, Any] | None:
         rec = cap.stats.record()
         rec["pending"] = len(cap.pending)  # captured, copy not landed yet: next window's
         rec["dropped"] = cap.dropped
-        rec["errors"] = _State.errors
+        rec["errors"] = _State.errors + cap.errors
         st = cap.stats
         cap.stats = TreeStats(st.steps, st.topk, st.draft_tokens)
         cap.dropped = 0
