@@ -138,7 +138,7 @@ def lines(v: dict[str, Any]) -> list[str]:
         sign = "+" if r["gain_pct"] > 0 else ""
         tie = " (within 1 %: a tie)" if abs(r["gain_pct"]) < 1.0 else ""
         out.append(f"  {r['batch_size']:>3} streams: {r['winner']} wins over {loser} "
-                   f"({r['tree_tok_s']:.1f} vs {r['chain_tok_s']:.1f} tok/s, tree {sign}{r['gain_pct']:.1f} %{tie})"
+                   f"(tree {r['tree_tok_s']:.1f} vs chain {r['chain_tok_s']:.1f} tok/s, tree {sign}{r['gain_pct']:.1f} %{tie})"
                    + (f": {r['why']}" if r["why"] else ""))
     out.append(f"  -> {v['summary']}")
     return out
