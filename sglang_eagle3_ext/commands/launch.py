@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..console import err, out
 from ..errors import UserError
+from . import split_preset_words
 
 HELP = "Start an SGLang server from a preset and/or flags, after checking the speculative flags."
 
@@ -68,20 +69,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _split_words(args: argparse.Namespace) -> tuple[str | None, list[str]]:
-    """Options may follow the preset name; REMAINDER swallowed them, so parse them again here."""
-    words = list(args.words or [])
-    extra: list[str] = []
-    if "--" in words:
-        i = words.index("--")
-        words, extra = words[:i], words[i + 1:]
-    if not words:
-        return None, extra
-    p = argparse.ArgumentParser(prog="sgl-eagle3 launch", add_help=False)
-    _add_options(p)
-    p.add_argument("--sglang-root")
-    p.add_argument("preset", nargs="?")
-    p.parse_args(words, namespace=args)  # argparse errors exit 2 with usage, like the main parser
-    return args.preset, extra
+    return split_preset_words(args, "sgl-eagle3 launch", _add_options)
 
 
 def build_config(args: argparse.Namespace):

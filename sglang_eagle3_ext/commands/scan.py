@@ -11,6 +11,7 @@ from typing import Any
 from ..console import err, out
 from ..errors import UserError
 from ..probes.window import PHASES
+from . import split_preset_words
 
 HELP = ("One server start: hold every candidate step count in turn (SGLang 0.5.13+ adaptive states) at "
         "every concurrency; per (steps, batch size) phases, acceptance and tok/s; best per tier; an "
@@ -79,19 +80,7 @@ def _options(p: argparse.ArgumentParser) -> None:
 
 
 def _split_words(args: argparse.Namespace) -> tuple[str | None, list[str]]:
-    words = list(args.words or [])
-    extra: list[str] = []
-    if "--" in words:
-        i = words.index("--")
-        words, extra = words[:i], words[i + 1:]
-    if not words:
-        return None, extra
-    p = argparse.ArgumentParser(prog="sgl-eagle3 scan", add_help=False)
-    _options(p)
-    p.add_argument("--sglang-root")
-    p.add_argument("preset", nargs="?")
-    p.parse_args(words, namespace=args)
-    return args.preset, extra
+    return split_preset_words(args, "sgl-eagle3 scan", _options)
 
 
 def merge_extra(base: list[str], given: list[str]) -> list[str]:

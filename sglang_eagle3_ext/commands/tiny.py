@@ -9,7 +9,7 @@ import time
 
 from ..console import err, out, print_json
 from ..errors import UserError
-from ..resources import output_dir
+from ..outputs import check_folder
 
 HELP = "Build a tiny (or real-shape) target + EAGLE-3 draft + tokenizer offline, with a chosen acceptance."
 
@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     from .. import tiny
 
     accs, shape, trained = validate(args)  # before importing torch
-    output_dir(args.out)  # /etc/passwd/x, no permission: one line before any model is built
+    check_folder(args.out)  # /etc/passwd/x, no permission: one line before any model is built
     t0 = time.perf_counter()
     label = ",".join(x.strip() for x in str(args.acceptance).split(","))
     what = "tiny models" if shape.name == "tiny" and not shape.overrides else f"{shape.name} models"
