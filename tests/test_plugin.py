@@ -51,6 +51,21 @@ R = {"patched": sorted(HookRegistry._patched), "registered": [h.target for h in 
      "missing": plugin._S.missing, "role": plugin._S.role,
      "nccl": {k: os.environ.get(k) for k in ("NCCL_PROTO", "NCCL_ALGO", "NCCL_P2P_LEVEL")}}
 
+# Tree hooks (issue 24): the names the worker code looks up in its own module globals.
+from sglang.srt.speculative import eagle_worker_common as ewc
+from sglang_eagle3_ext.probes import tree as ptree
+def ours(fn, hook):
+    return hasattr(fn, "__wrapped__") and hook in [c.cell_contents for c in (fn.__closure__ or ())]
+bvi = ew.__dict__["build_eagle_verify_input"]            # what EAGLEWorkerV2's call resolves
+es = ewc.run_eagle_verify.__globals__["eagle_sample"]    # what run_eagle_verify's call resolves
+R["tree_hooked"] = [ours(bvi, ptree.around_build_verify_input), ours(es, ptree.around_eagle_sample),
+                    bvi.__wrapped__ is ewc.build_eagle_verify_input.__wrapped__]
+try:  # a call made as the worker makes it reaches our hook first (the real body then fails: no GPU tensors)
+    bvi(None, None, "PARENT", "TSI")
+except Exception:
+    pass
+R["tree_layout"], ptree._State.layout = ptree._State.layout, None
+
 d = tempfile.mkdtemp()
 common = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2)
 LlamaConfig(num_hidden_layers=4, architectures=["LlamaForCausalLM"], **common).save_pretrained(d + "/t")
@@ -156,6 +171,7 @@ V2 = "sglang.srt.speculative.eagle_worker_v2."
 EXPECTED_0523 = {
     V2 + "EAGLEWorkerV2.forward_batch_generation", V2 + "EagleDraftWorker.draft", V2 + "EAGLEWorkerV2.verify",
     V2 + "EagleDraftWorker._draft_extend_for_decode", V2 + "EAGLEWorkerV2.on_verify_complete_cpu",
+    V2 + "build_eagle_verify_input", "sglang.srt.speculative.eagle_worker_common.eagle_sample",  # tree
     "sglang.srt.model_executor.model_runner_components.attention_backend_setup.configure_aux_hidden_state_capture",
     "sglang.srt.distributed.parallel_state.initialize_model_parallel",
 }
@@ -168,12 +184,23 @@ def test_load_plugins_runs_us_and_every_requested_hook_is_applied(children):
     assert set(r["registered"]) == EXPECTED_0523
     assert EXPECTED_0523 <= set(r["patched"]) and r["missing"] == []
     assert r["role"] == "other"  # not under run_scheduler_process here; hooks are still installed
-    assert "all 7 requested hook(s) applied" in log
+    assert "all 9 requested hook(s) applied" in log
     # NCCL: applied where unset, the user's NCCL_ALGO kept, effective env logged
     assert r["nccl"] == {"NCCL_PROTO": "LL", "NCCL_ALGO": "Tree", "NCCL_P2P_LEVEL": "SYS"}
     assert "kept NCCL_ALGO=Tree (set before the preset; preset wants Ring)" in log
     assert "effective NCCL env: NCCL_ALGO=Tree NCCL_P2P_LEVEL=SYS NCCL_PROTO=LL" in log
     assert r["allreduce"] == "none (TP 1)" and "TP size 1: no tensor-parallel all-reduce" in log
+
+
+@requires_sglang
+@pytest.mark.sglang
+def test_tree_hooks_sit_where_the_worker_looks_them_up(children):
+    """Real 0.5.23 HookRegistry: eagle_worker_v2's own build_eagle_verify_input global and
+    run_eagle_verify's eagle_sample global are our AROUND wrappers; a call through the worker's
+    name reaches our hook (faked: only the tensors, strings here, so the real body then fails)."""
+    r, _log = children["enabled"]
+    assert r["tree_hooked"] == [True, True, True]
+    assert r["tree_layout"] == ["TSI", "PARENT"]
 
 
 @requires_sglang
@@ -211,7 +238,7 @@ def test_a_hook_sglang_could_not_apply_is_named_loudly(children):
     r, log = children["enabled"]
     assert r["missing_after_bogus"] == [V2 + "EAGLEWorkerV2.no_such_method"]
     assert "HOOK NOT APPLIED: " + V2 + "EAGLEWorkerV2.no_such_method" in log
-    assert "1 of 8 requested hook(s) missing" in log
+    assert "1 of 10 requested hook(s) missing" in log
     d = r["describe"]
     assert d["route"] == "plugin" and d["entry_point"] is True
     assert d["this_process"]["missing"] == [V2 + "EAGLEWorkerV2.no_such_method"]

@@ -225,13 +225,19 @@ def test_chain_replay_brackets_the_chain_on_the_same_tokens(maps):
     assert st.record()["chain_replay"]["3"]["tokens"] == n
 
 
-@pytest.mark.parametrize("version,want", [("0.5.13", False), ("0.5.16", True), ("0.5.23", True)])
-def test_hook_targets_exist_in_the_release(version, want):
-    """The tree hooks' targets, read from the pinned release sources (no hook on older ones)."""
+@pytest.mark.parametrize("version,want", [("0.5.13", False), ("0.5.16", True), ("0.5.19", True),
+                                          ("0.5.23", True)])
+def test_hook_targets_are_the_callers_from_imported_names(version, want):
+    """Per pinned release (real sources, ast): each tree target is a name its caller module
+    from-imports AND calls, so HookRegistry's setattr there is what the worker's call resolves;
+    an older layout gets no hooks and one note."""
+    import ast
+
     from sglang_eagle3_ext import releases
 
     pkg = releases.fetch(version) / "sglang"
-    assert ptree.available(pkg) is want
+    targets, why = ptree.plan(pkg)
+    assert (targets == list(ptree.TARGETS)) is want and (why is None) is want
 
     class Reg:
         got: list = []
@@ -240,11 +246,21 @@ def test_hook_targets_exist_in_the_release(version, want):
         def register(cls, target, fn, kind):
             cls.got.append(target)
 
+    notes: list[str] = []
     kinds = type("K", (), {"AROUND": "around"})
-    assert ptree.register_hooks(Reg, kinds, pkg) == (list(ptree.TARGETS) if want else [])
-    if want:  # each target module really defines the function
-        for (rel, _needle), target in zip(ptree.TARGET_FILES, ptree.TARGETS, strict=True):
-            assert target.rsplit(".", 1)[0].replace(".", "/").endswith(rel[4:-3])
+    assert ptree.register_hooks(Reg, kinds, pkg, note=notes.append) == targets
+    assert Reg.got == targets and len(notes) == (0 if want else 1)
+    for target in targets:
+        mod, name = target.rsplit(".", 1)
+        tree = ast.parse((pkg.parent / (mod.replace(".", "/") + ".py")).read_text(encoding="utf-8"))
+        froms = [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                 and any(a.name == name and a.asname is None for a in n.names)]
+        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
+                 and isinstance(n.func, ast.Name) and n.func.id == name]
+        assert froms and calls, target
+        assert all(not (isinstance(n, ast.FunctionDef) and n.name == name) for n in tree.body)
+    assert not ptree.caller_uses("from x import f\n", "f")  # imported, never called: not a target
+    assert not ptree.caller_uses("import x\nx.f()\n", "f")  # looked up on x: x is the target
 
 
 def test_undecodable_cycle_is_counted_not_blocking(maps):

@@ -424,7 +424,8 @@ def _register(sw: dict[str, Any]) -> None:
         _probes().set_spec_config(route="plugin")
         from .probes import tree  # additive: tree-aware probes (issue 24), stdlib-only module
 
-        tree.register_hooks(HookRegistry, HookType, env.package_dir)
+        for target in tree.register_hooks(HookRegistry, HookType, env.package_dir, note=_note):
+            _S.registered.append(Hook("tree", "tree", target))  # in our own applied-check
     _schedule_verify(HookRegistry)
     logger.info("registered %d hook(s) in SGLang %s (%s process): %s", len(plan.hooks), env.version,
                 _S.role, ", ".join(f"{h.role}={h.target.rsplit('.', 2)[-2]}.{h.target.rsplit('.', 1)[-1]}" for h in plan.hooks))

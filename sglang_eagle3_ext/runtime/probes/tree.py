@@ -263,15 +263,73 @@ class AsyncCapture:
 
 # ---------------------------------------------------------------- plugin hooks (SGLang >= 0.5.11)
 
-# AROUND hooks on module-level functions (SGLang 0.5.16+; HookRegistry's _propagate_patch also
-# rebinds the names the worker modules imported). eagle_worker_common.build_eagle_verify_input
-# runs outside the CUDA graph every cycle and receives the tree (parent_list, top_scores_index:
-# positional args 3 and 4, as EagleDraftWorker.draft calls it); eagle_utils.eagle_sample returns
-# accept_index (3rd result). Releases without both functions get no tree hooks.
-TARGETS = ("sglang.srt.speculative.eagle_worker_common.build_eagle_verify_input",
-           "sglang.srt.speculative.eagle_utils.eagle_sample")
-TARGET_FILES = (("srt/speculative/eagle_worker_common.py", "def build_eagle_verify_input("),
-                ("srt/speculative/eagle_utils.py", "def eagle_sample("))
+# AROUND hooks on module-level functions, targeted where the worker LOOKS THEM UP, not where they
+# are defined: in 0.5.16 / 0.5.19 / 0.5.23 speculative/eagle_worker_v2.py does
+# ``from ...eagle_worker_common import build_eagle_verify_input`` and calls its own global (the
+# tree: parent_list, top_scores_index, positional args 3 and 4), and eagle_worker_common.py does
+# ``from ...eagle_utils import eagle_sample`` and calls it inside run_eagle_verify (accept_index is
+# its 3rd result). HookRegistry's setattr lands on the module named in the target; a hook on the
+# defining module reaches a by-value importer only through _propagate_patch (0.5.16+), and only for
+# modules already imported at apply time. H200 run, 0.5.16: the tree field was empty. The targets
+# are decided per release from the caller's source (``plan``): a layout that differs gets no tree
+# hooks and one note, never a SGLang traceback.
+# (caller module, name it from-imports and calls). multi_layer_eagle_worker_v2 (a separate
+# multi-layer draft worker) also from-imports build_eagle_verify_input; it is not a target here
+# (_propagate_patch rebinds its copy too when it is loaded, which the capture tolerates).
+CALLERS = (("sglang.srt.speculative.eagle_worker_v2", "build_eagle_verify_input"),
+           ("sglang.srt.speculative.eagle_worker_common", "eagle_sample"))
+TARGETS = tuple(f"{mod}.{name}" for mod, name in CALLERS)
+
+
+def caller_uses(source: str, name: str) -> bool:
+    """The module from-imports ``name`` (unaliased) and calls it by that bare name."""
+    import ast
+
+    tree = ast.parse(source)
+    imported = any(isinstance(n, ast.ImportFrom) and any(a.name == name and a.asname in (None, name)
+                                                         for a in n.names)
+                   for n in ast.walk(tree))
+    called = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == name
+                 for n in ast.walk(tree))
+    return imported and called
+
+
+def plan(package_dir: Any) -> tuple[list[str], str | None]:
+    """The tree targets for this SGLang source tree (``sglang/`` folder) and, when there are
+    none, why. Both or nothing: the capture needs the layout and the accept index of one cycle."""
+    from pathlib import Path
+
+    for mod, name in CALLERS:
+        rel = Path(*mod.split(".")[1:]).with_suffix(".py")
+        try:
+            ok = caller_uses((Path(package_dir) / rel).read_text(encoding="utf-8"), name)
+        except (OSError, SyntaxError, ValueError):
+            ok = False
+        if not ok:
+            return [], (f"tree probes off: {mod} does not from-import and call {name} in this "
+                        "SGLang (needs the 0.5.16+ layout); no tree field in the records")
+    return list(TARGETS), None
+
+
+def available(package_dir: Any) -> bool:
+    """Both tree targets are from-imported and called by their caller modules in this tree."""
+    return bool(plan(package_dir)[0])
+
+
+def register_hooks(registry: Any, hook_type: Any, package_dir: Any = None,
+                   note: Any = None) -> list[str]:
+    """Register both AROUND hooks (the plugin calls this with the probes on) and return their
+    targets; none, and ``note(why)``, when ``package_dir`` has another layout (before 0.5.16)."""
+    targets = list(TARGETS)
+    if package_dir is not None:
+        targets, why = plan(package_dir)
+        if why and note is not None:
+            note(why)
+    if not targets:
+        return []
+    registry.register(TARGETS[0], around_build_verify_input, hook_type.AROUND)
+    registry.register(TARGETS[1], around_eagle_sample, hook_type.AROUND)
+    return targets
 
 
 class _State:
@@ -313,27 +371,6 @@ def around_eagle_sample(original: Any, *args: Any, **kwargs: Any) -> Any:
     except Exception:  # noqa: BLE001 - never raise into SGLang; counted in the record
         _State.errors += 1
     return result
-
-
-def available(package_dir: Any) -> bool:
-    """Both target functions exist in this SGLang source tree (``sglang/`` folder)."""
-    from pathlib import Path
-
-    try:
-        return all(needle in (Path(package_dir) / rel).read_text(encoding="utf-8")
-                   for rel, needle in TARGET_FILES)
-    except OSError:
-        return False
-
-
-def register_hooks(registry: Any, hook_type: Any, package_dir: Any = None) -> list[str]:
-    """Register both AROUND hooks (the plugin calls this with the probes on); none when
-    ``package_dir`` lacks the target functions (before 0.5.16)."""
-    if package_dir is not None and not available(package_dir):
-        return []
-    registry.register(TARGETS[0], around_build_verify_input, hook_type.AROUND)
-    registry.register(TARGETS[1], around_eagle_sample, hook_type.AROUND)
-    return list(TARGETS)
 
 
 def window_field() -> dict[str, Any] | None:
