@@ -73,7 +73,7 @@ def worker(rank: int, world: int, port: int, cfg: dict, out: str) -> None:
 
 def run_preset(preset: str, world: int, cfg: dict) -> list[dict]:
     """One preset in fresh processes (NCCL reads env at communicator creation)."""
-    from sglang_eagle3_ext import nccl
+    from sglang_eagle3_ext.runtime import nccl
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
     env.update(NCCL_NVLS_ENABLE="0")

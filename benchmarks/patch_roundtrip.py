@@ -16,7 +16,7 @@ from pathlib import Path
 
 from sglang_eagle3_ext import releases
 from sglang_eagle3_ext.patcher import engine
-from sglang_eagle3_ext.sglang_env import locate
+from sglang_eagle3_ext.runtime.sglang_env import locate
 
 
 def roundtrip(root: Path, aux: str | None) -> tuple[float, float, int]:

@@ -1,4 +1,4 @@
-"""The throughput policy (sglang_eagle3_ext/policy.py) against SGLang's EMA rule and every static
+"""The throughput policy (sglang_eagle3_ext/runtime/policy.py) against SGLang's EMA rule and every static
 step count, in a small deterministic simulation (CPU, no SGLang, no timing of this machine).
 
 The simulated server: a decode cycle at (steps, batch size) costs the scan table's cycle ms
@@ -41,7 +41,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from sglang_eagle3_ext import policy  # noqa: E402
+from sglang_eagle3_ext.runtime import policy  # noqa: E402
 
 H200_SCAN = REPO / "tests" / "data" / "policy" / "scan-h200-8b-p08.json"
 H200_SWEEP = REPO / "docs" / "data" / "h200-2026-12-01" / "8b-p08" / "p08"

@@ -20,8 +20,8 @@ from time import perf_counter
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from sglang_eagle3_ext import probes  # noqa: E402
-from sglang_eagle3_ext.probes import timers  # noqa: E402
+from sglang_eagle3_ext.runtime import probes  # noqa: E402
+from sglang_eagle3_ext.runtime.probes import timers  # noqa: E402
 
 
 def one_run(n: int) -> float:

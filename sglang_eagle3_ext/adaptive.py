@@ -39,7 +39,7 @@ from .adaptive_format import (  # noqa: F401 - re-exports
     launch_steps,
     release_loader,
 )
-from .errors import UserError
+from .runtime.errors import UserError
 
 DEFAULT_WITHIN_PCT = 5.0
 

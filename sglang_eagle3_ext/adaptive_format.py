@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import UserError
-from .safeparse import json_loads
+from .runtime.errors import UserError
+from .runtime.safeparse import json_loads
 
 SPEC_FILE = "srt/speculative/adaptive_spec_params.py"
 
@@ -194,7 +194,7 @@ def hold_support(env: Any) -> tuple[ReleaseLoader, str | None]:
     0.5.12.post1 switches only after a verify, two batches late; older releases have no adaptive
     runtime. Step 0 is asked of the release's own loader (0.5.16+).
     """
-    from . import stepctl
+    from .runtime import stepctl
 
     plan = stepctl.plan(env)
     if not plan["ok"]:

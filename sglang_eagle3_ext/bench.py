@@ -49,10 +49,10 @@ from pathlib import Path
 from typing import Any
 
 from . import chunks, httpio
-from .errors import UserError
 from .prompts import Prompt, messages_of
 from .records import BenchResult, Ladder
-from .safeparse import json_loads
+from .runtime.errors import UserError
+from .runtime.safeparse import json_loads
 
 SCHEMA = "eagle3_bench/1"
 LADDER_SCHEMA = "eagle3_ladder/1"

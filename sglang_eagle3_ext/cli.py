@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .errors import UserError
+from .runtime.errors import UserError
 
 # Order is the order shown in --help. Modules are imported lazily, so `sgl-eagle3 doctor` never
 # pays for matplotlib or torch.
@@ -54,7 +54,7 @@ def build_parser(commands: tuple[str, ...] = COMMANDS) -> argparse.ArgumentParse
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .settings import adopt_old_names
+    from .runtime.settings import adopt_old_names
 
     adopt_old_names()  # old names -> SGLANG_EAGLE3_*, one note each (SGLang owns the SGL_ prefix)
     parser = build_parser()
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as exc:  # noqa: BLE001 - last resort: a bug of ours is still one line
         from .console import err
-        from .settings import DEBUG
+        from .runtime.settings import DEBUG
 
         if DEBUG.get():
             raise

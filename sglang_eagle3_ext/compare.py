@@ -14,8 +14,8 @@ from typing import Any
 from .bench import LADDER_SCHEMA, read_json
 from .bench import SCHEMA as BENCH_SCHEMA
 from .console import clean, plain
-from .errors import UserError
 from .records import BenchResult, SweepResults, amount_error
+from .runtime.errors import UserError
 
 SWEEP_SCHEMA = "eagle3_sweep/1"
 METRICS = ("decode_tok_s", "e2e_tok_s", "throughput_tok_s")

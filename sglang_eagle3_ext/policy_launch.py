@@ -28,11 +28,11 @@ import hashlib
 import json
 from pathlib import Path
 
-from . import policy
-from .errors import UserError
 from .launch_config import LaunchConfig
-from .settings import HOLD, POLICY
-from .sglang_env import SGLangEnv, parse_version
+from .runtime import policy
+from .runtime.errors import UserError
+from .runtime.settings import HOLD, POLICY
+from .runtime.sglang_env import SGLangEnv, parse_version
 
 MIN_RELEASE = "0.5.13"
 
@@ -56,7 +56,7 @@ def release_reason(version: str) -> str | None:
 
 def policy_config_path(scan: Path) -> Path:
     """Where the adaptive config for this scan goes (one per scan file and content)."""
-    from .resources import cache_root
+    from .runtime.resources import cache_root
 
     digest = hashlib.sha1(str(scan).encode() + b"\0" + scan.read_bytes()).hexdigest()[:12]
     return cache_root() / "policy" / f"adaptive-{scan.stem}-{digest}.json"

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import UserError
-from .probes.window import (
+from .records import MAX_COUNT, WindowRecord, amount_error, count_error
+from .runtime.errors import UserError
+from .runtime.probes.window import (
     CYCLE,
     LABEL_TO_PHASE,
     PHASES,
@@ -32,8 +33,7 @@ from .probes.window import (
     SCHEMA,
     per_position_rates,
 )
-from .records import MAX_COUNT, WindowRecord, amount_error, count_error
-from .safeparse import json_loads
+from .runtime.safeparse import json_loads
 
 _NUM = r"(\d+(?:\.\d+)?)"
 _HEADER = re.compile(

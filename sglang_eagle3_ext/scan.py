@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .errors import UserError
+from .runtime.errors import UserError
 
 SCHEMA = "eagle3_scan/1"
 CONFIG_NAME = "sglang-adaptive-scan.json"   # the one-tier config the server starts with
@@ -535,7 +535,7 @@ class LevelState:
 def hold_env(block: int, candidates: list[int]) -> dict[str, str]:
     """The plugin's hold schedule: blocks of ``block`` cycles, the candidates largest first (the
     server starts at the largest, so block 0 needs no switch; hold.py rotates forth and back)."""
-    from . import settings
+    from .runtime import settings
 
     return {settings.HOLD.name: str(block),
             settings.HOLD_STEPS.name: ",".join(map(str, sorted(candidates, reverse=True)))}

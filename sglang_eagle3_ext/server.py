@@ -27,7 +27,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .errors import UserError
 from .flags import build_command, node_commands
 from .launch_config import (
     DEFAULT_HOST,
@@ -43,7 +42,8 @@ from .launch_config import (
     override,
     preset_dirs,
 )
-from .resources import cache_root
+from .runtime.errors import UserError
+from .runtime.resources import cache_root
 
 # Re-exports: the configuration and argv names callers (tests, tools/gpu) use as ``server.*``.
 __all__ = [

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from .bench import BenchOptions, run_bench, run_ladder, write_json
-from .errors import UserError
 from .records import SweepResults
-from .safeparse import json_loads, yaml_load
+from .runtime.errors import UserError
+from .runtime.safeparse import json_loads, yaml_load
 
 SCHEMA = "eagle3_sweep/1"
 MATRIX_KEYS = ("steps", "topk", "draft_tokens", "nccl", "custom_all_reduce")
@@ -227,7 +227,7 @@ def launch_config(spec: SweepSpec, c: ConfigSpec, cdir: Path) -> Any:
 def default_factory(cfg: Any, sglang_root: str | None) -> Any:
     """Validate against the installed (or --sglang-root) SGLang, then a real server.Server."""
     from . import flags, server
-    from .sglang_env import locate
+    from .runtime.sglang_env import locate
 
     flags.validate(cfg, locate(sglang_root))
     return server.Server(cfg)

@@ -33,9 +33,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from .errors import UserError
-from .probes.window import ALL_PHASES
-from .safeparse import json_loads
+from .runtime.errors import UserError
+from .runtime.probes.window import ALL_PHASES
+from .runtime.safeparse import json_loads
 
 PHASES = ALL_PHASES  # draft, verify, extend, other, cycle (probes/window.py)
 

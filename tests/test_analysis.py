@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sglang_eagle3_ext import analysis
-from sglang_eagle3_ext.errors import UserError
+from sglang_eagle3_ext.runtime.errors import UserError
 
 
 def test_break_even_for_the_seeds_five_step_cycle():

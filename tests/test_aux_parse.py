@@ -8,8 +8,9 @@ import logging
 import pytest
 from test_launch import model_env, no_popen, run_cli  # noqa: F401 - fixtures
 
-from sglang_eagle3_ext import cli, layers, plugin
-from sglang_eagle3_ext.errors import UserError
+from sglang_eagle3_ext import cli
+from sglang_eagle3_ext.runtime import layers, plugin
+from sglang_eagle3_ext.runtime.errors import UserError
 
 
 @pytest.mark.parametrize("bad,msg", [

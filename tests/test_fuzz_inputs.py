@@ -24,7 +24,7 @@ from test_patch_crash import _files, _restore, _trimmed_copy
 
 from sglang_eagle3_ext.patcher import engine
 from sglang_eagle3_ext.patcher import manifest as mf
-from sglang_eagle3_ext.sglang_env import locate
+from sglang_eagle3_ext.runtime.sglang_env import locate
 
 SEED = 18
 PER_KIND = 6
@@ -221,8 +221,8 @@ from hostile_http import Hostile, good_chunks, sse  # noqa: E402
 
 from sglang_eagle3_ext import bench as bench_mod  # noqa: E402
 from sglang_eagle3_ext import cli as cli_mod  # noqa: E402
-from sglang_eagle3_ext.errors import UserError  # noqa: E402
 from sglang_eagle3_ext.httpio import BadStream  # noqa: E402
+from sglang_eagle3_ext.runtime.errors import UserError  # noqa: E402
 
 ODD_MORE = [*ODD, float("nan"), float("inf"), -1.5, 10**30, "[/]\x1b[31m", [[[]]], {"choices": []}]
 _SGLEXT = {"choices": [], "sglext": {"spec_tokens_details": {"spec_verify_ct": 3, "spec_accept_length": 1.7}}}

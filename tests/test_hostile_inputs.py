@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from sglang_eagle3_ext import cli, profile_log
-from sglang_eagle3_ext.errors import UserError
+from sglang_eagle3_ext.runtime.errors import UserError
 
 REPO = Path(__file__).resolve().parent.parent
 STEADY = REPO / "tests/data/profile/steady_issue15.jsonl"
@@ -69,7 +69,7 @@ def test_case12_yaml_bombs_and_depth_are_one_line(tmp_path, capsys, text, words)
 
 
 def test_case12_nccl_presets_use_the_same_loader(tmp_path):
-    from sglang_eagle3_ext import nccl
+    from sglang_eagle3_ext.runtime import nccl
 
     f = tmp_path / "nccl.yaml"
     f.write_text("presets:\n" + _bomb())
@@ -78,7 +78,7 @@ def test_case12_nccl_presets_use_the_same_loader(tmp_path):
 
 
 def test_case12_small_aliases_still_load(tmp_path, capsys):
-    from sglang_eagle3_ext.safeparse import yaml_load
+    from sglang_eagle3_ext.runtime.safeparse import yaml_load
 
     assert yaml_load("a: &x [1, 2]\nb: *x\n", "f") == {"a": [1, 2], "b": [1, 2]}
 
@@ -172,7 +172,7 @@ def test_case14_wrong_types_and_huge_ints_refused(tmp_path, capsys, path, value,
 
 
 def test_case14_log_block_with_a_huge_number(tmp_path, capsys):
-    from sglang_eagle3_ext.probes.window import format_block
+    from sglang_eagle3_ext.runtime.probes.window import format_block
 
     block = format_block(_RECS[1]).splitlines()
     head = block[0].split(" (", 1)

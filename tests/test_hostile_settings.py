@@ -9,7 +9,7 @@ import shlex
 import pytest
 from test_plugin import _small_root, fresh  # noqa: F401 - fresh is a fixture
 
-from sglang_eagle3_ext import plugin, probes, settings, sglang_env
+from sglang_eagle3_ext.runtime import plugin, probes, settings, sglang_env
 
 
 @pytest.mark.parametrize("raw", ["garbage", "disable", "disabled", "2", "tru"])

@@ -10,7 +10,7 @@ import pytest
 from test_flags import write_model
 
 from sglang_eagle3_ext import cli, server
-from sglang_eagle3_ext.errors import UserError
+from sglang_eagle3_ext.runtime.errors import UserError
 
 
 @pytest.fixture()
@@ -110,7 +110,7 @@ def test_preset_snapshot(name, model_env):
     argv, env = server.build_command(cfg, environ={})
     assert (argv, env) == expected(name, model_env)
     from sglang_eagle3_ext import flags
-    from sglang_eagle3_ext.sglang_env import locate
+    from sglang_eagle3_ext.runtime.sglang_env import locate
 
     flags.validate(cfg, locate(), sglang_check=False, environ={})  # every preset passes the rules
 

@@ -112,7 +112,7 @@ def test_preset_types_follow_the_annotations() -> None:
     assert set(launch_config._INT_KEYS) == {"steps", "topk", "draft_tokens", "tp", "profile_every", "port",
                                             "nnodes"}
     assert set(launch_config._BOOL_KEYS) == {"no_spec", "profile", "sglang_check"}
-    from sglang_eagle3_ext.errors import UserError
+    from sglang_eagle3_ext.runtime.errors import UserError
 
     with pytest.raises(UserError, match="topk must be an integer"):
         launch_config.config_from_mapping({"topk": "4"})

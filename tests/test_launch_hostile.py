@@ -22,7 +22,7 @@ from test_server import STANDINS, free_port, gone
 
 import sglang_eagle3_ext
 from sglang_eagle3_ext import cli, server
-from sglang_eagle3_ext.errors import UserError
+from sglang_eagle3_ext.runtime.errors import UserError
 
 PKG_ROOT = Path(sglang_eagle3_ext.__file__).resolve().parent.parent  # the CLI children run this code
 

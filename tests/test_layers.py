@@ -1,6 +1,6 @@
 """Aux-layer conventions, per-release conversion, `layers check`, and the runtime override.
 
-The conversion table in ``sglang_eagle3_ext.layers`` is checked against each pinned release's OWN
+The conversion table in ``sglang_eagle3_ext.runtime.layers`` is checked against each pinned release's OWN
 ``set_eagle3_layers_to_capture``: the method is cut out of the release source with ``ast`` and
 executed on a stand-in ``self`` (it only sets attributes; the real class needs a GPU to build).
 """
@@ -17,9 +17,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from sglang_eagle3_ext import cli, layers, releases
-from sglang_eagle3_ext.errors import UserError
-from sglang_eagle3_ext.sglang_env import locate
+from sglang_eagle3_ext import cli, releases
+from sglang_eagle3_ext.runtime import layers
+from sglang_eagle3_ext.runtime.errors import UserError
+from sglang_eagle3_ext.runtime.sglang_env import locate
 
 DATA = Path(__file__).parent / "data" / "layers"
 KIMI = DATA / "kimi_k25_target"
@@ -347,7 +348,7 @@ def test_override_passthrough_env_wins_and_idempotent(monkeypatch, caplog):
     assert layers.override_layer_ids(m, [1, 2, 3]) == [1, 2, 3]
     assert layers.override_layer_ids(m, None) is None
     assert layers.override_layer_ids(m, None, requested="  ") is None
-    with caplog.at_level(logging.INFO, logger="sglang_eagle3_ext.layers"):
+    with caplog.at_level(logging.INFO, logger="sglang_eagle3_ext.runtime.layers"):
         assert layers.override_layer_ids(m, [9, 9, 9], requested="2,30,58") == [3, 31, 59]
         monkeypatch.setenv(layers.ENV, "1,29,57")  # env wins over requested
         outer = layers.override_layer_ids(KimiK25ForConditionalGeneration(), [2, 30, 58], "2,30,58")

@@ -16,7 +16,7 @@ from conftest import requires_sglang, subprocess_env
 SCRIPT = r'''
 import json, os, sys
 from types import SimpleNamespace
-import sglang_eagle3_ext.layers as L
+import sglang_eagle3_ext.runtime.layers as L
 heavy = sorted(m for m in sys.modules if m == "torch" or m == "sglang" or m.startswith("sglang."))
 import torch
 from sglang.srt.models.deepseek_v2 import DeepseekV2ForCausalLM, DeepseekV3ForCausalLM

@@ -23,8 +23,8 @@ import urllib.request
 import pytest
 from conftest import REPO, requires_sglang
 
-from sglang_eagle3_ext import probes
-from sglang_eagle3_ext.probes import metrics, timers
+from sglang_eagle3_ext.runtime import probes
+from sglang_eagle3_ext.runtime.probes import metrics, timers
 
 prom = pytest.importorskip("prometheus_client", reason="prometheus_client not installed (tools/ci_env.sh installs it)")
 from prometheus_client import CollectorRegistry, generate_latest, multiprocess, values  # noqa: E402
@@ -218,7 +218,7 @@ def test_batch_bucket_labels():
 
 def test_off_costs_nothing_and_never_imports_prometheus_client():
     code = ("import sys\n"
-            "from sglang_eagle3_ext.probes import metrics\n"
+            "from sglang_eagle3_ext.runtime.probes import metrics\n"
             "metrics.publish({'cycles': 10}); metrics.register_families()\n"
             "print('prometheus_client' in sys.modules, metrics.enabled())\n")
     for env_extra in ({}, {"EAGLE3_PROFILE_METRICS": "1"}, {"EAGLE3_PROFILE": "1"}):

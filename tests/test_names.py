@@ -1,5 +1,5 @@
-"""One place for shared names (issue 18): phase names and labels live in probes/window.py, the
-patch marker in patcher/__init__.py; every other module imports them. A scan of the package
+"""One place for shared names (issue 18): phase names and labels live in runtime/probes/window.py,
+the patch marker in runtime/marker.py; every other module imports them. A scan of the package
 fails when a second definition appears."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from conftest import REPO
 from sglang_eagle3_ext import patcher, plot, profile_log, tiers
 from sglang_eagle3_ext.commands import profile as profile_cmd
 from sglang_eagle3_ext.patcher import transform
-from sglang_eagle3_ext.probes import metrics, window
+from sglang_eagle3_ext.runtime.probes import metrics, window
 
 PKG = REPO / "sglang_eagle3_ext"
 
@@ -23,7 +23,7 @@ def _files() -> list:
 
 def test_phase_labels_and_marker_spelled_once():
     """Each block label is a string literal in window.py only; MARKER is assigned in
-    patcher/__init__.py only (the same text as the cache folder name in resources.py is another
+    runtime/marker.py only (the same text as the cache folder name in resources.py is another
     name, not the marker)."""
     literals: dict[str, list[str]] = {label: [] for label in window.LABELS.values()}
     marker_defs = []
@@ -37,8 +37,8 @@ def test_phase_labels_and_marker_spelled_once():
                 if any(isinstance(t, ast.Name) and t.id == "MARKER" for t in targets):
                     marker_defs.append(rel)
     for label in window.LABELS.values():
-        assert literals[label] == ["probes/window.py"], label
-    assert marker_defs == ["patcher/__init__.py"]
+        assert literals[label] == ["runtime/probes/window.py"], label
+    assert marker_defs == ["runtime/marker.py"]
 
 
 def test_no_second_phase_tuple():
@@ -55,7 +55,7 @@ def test_users_share_the_objects():
     assert profile_log.LABEL_TO_PHASE is window.LABEL_TO_PHASE
     assert dict(profile_cmd._LABELS) == window.LABELS
     assert transform.MARKER is patcher.MARKER
-    from sglang_eagle3_ext import plugin
+    from sglang_eagle3_ext.runtime import plugin
 
     assert plugin.MARKER is patcher.MARKER
 

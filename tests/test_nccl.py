@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from sglang_eagle3_ext import nccl
-from sglang_eagle3_ext.errors import UserError
+from sglang_eagle3_ext.runtime import nccl
+from sglang_eagle3_ext.runtime.errors import UserError
 
 
 def test_yaml_holds_the_seed_preset():

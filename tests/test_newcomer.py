@@ -122,7 +122,7 @@ def test_gpu_bundle_builds_our_wheel_with_an_old_setuptools(tmp_path):
     whl = lines[-1]
     with zipfile.ZipFile(whl) as z:
         eps = next(n for n in z.namelist() if n.endswith("entry_points.txt"))
-        assert "sglang_eagle3_ext.plugin:register" in z.read(eps).decode()
+        assert "sglang_eagle3_ext.runtime.plugin:register" in z.read(eps).decode()
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ import pytest
 from standin_openai import StandIn
 
 from sglang_eagle3_ext import cli, outputs
-from sglang_eagle3_ext.errors import UserError
+from sglang_eagle3_ext.runtime.errors import UserError
 
 
 @pytest.fixture()

@@ -21,14 +21,18 @@ def test_wheel_carries_patches_presets_and_entry_point(tmp_path):
     assert "sglang_eagle3_ext/_data/patches/v2.yaml" in names
     assert "sglang_eagle3_ext/_data/launch/nccl.yaml" in names
     ep = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "sglang.srt.plugins" in zipfile.ZipFile(wheel).read(ep).decode()
+    eps = zipfile.ZipFile(wheel).read(ep).decode()
+    assert "sglang.srt.plugins" in eps and "sglang_eagle3_ext.runtime.plugin:register" in eps
+    # the inside-SGLang package and the old names' aliases travel in the wheel
+    assert {"sglang_eagle3_ext/runtime/plugin.py", "sglang_eagle3_ext/runtime/probes/tree.py",
+            "sglang_eagle3_ext/_aliases.py"} <= set(names)
 
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site),
                     str(wheel)], check=True, capture_output=True)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(site)
-    code = ("import sglang_eagle3_ext.resources as r, pathlib, sys;"
+    code = ("import sglang_eagle3_ext.runtime.resources as r, pathlib, sys;"
             "p = r.data_dir('patches'); assert '_data' in str(p), p;"
             "assert (p / 'v2.yaml').is_file() and (r.data_dir('launch') / 'tiny.yaml').is_file()")
     # -I: isolated mode, so the checkout's own package cannot shadow the installed copy
@@ -41,3 +45,11 @@ def test_wheel_carries_patches_presets_and_entry_point(tmp_path):
         cwd=tmp_path, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "probes-v2c" in proc.stdout
+    # an install's entry point from before the move still loads the one plugin module
+    proc = subprocess.run(
+        [sys.executable, "-I", "-c",
+         f"import sys; sys.path.insert(0, {str(site)!r}); import importlib.metadata as m; "
+         "import sglang_eagle3_ext.runtime.plugin as p; "
+         "assert m.EntryPoint('e', 'sglang_eagle3_ext.plugin:register', 'g').load() is p.register"],
+        cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr

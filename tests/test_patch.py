@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from sglang_eagle3_ext import cli
-from sglang_eagle3_ext.errors import UserError
 from sglang_eagle3_ext.patcher import engine, is_patched
 from sglang_eagle3_ext.patcher import manifest as mf
-from sglang_eagle3_ext.sglang_env import locate
+from sglang_eagle3_ext.runtime.errors import UserError
+from sglang_eagle3_ext.runtime.sglang_env import locate
 
 ALIAS = "_sglang_eagle3_probes"
 V1 = "srt/speculative/eagle_worker.py"

@@ -26,7 +26,7 @@ import pytest
 from sglang_eagle3_ext import releases
 from sglang_eagle3_ext.patcher import engine
 from sglang_eagle3_ext.patcher import manifest as mf
-from sglang_eagle3_ext.sglang_env import locate
+from sglang_eagle3_ext.runtime.sglang_env import locate
 
 RELEASES = ("0.5.23", "0.5.12.post1")
 MODELS = ("llama.py", "qwen2.py", "qwen3.py")

@@ -11,10 +11,10 @@ import shutil
 import pytest
 
 from sglang_eagle3_ext import cli, releases
-from sglang_eagle3_ext.errors import UserError
 from sglang_eagle3_ext.patcher import engine
 from sglang_eagle3_ext.patcher import manifest as mf
-from sglang_eagle3_ext.sglang_env import locate
+from sglang_eagle3_ext.runtime.errors import UserError
+from sglang_eagle3_ext.runtime.sglang_env import locate
 
 
 def _hashes(pkg):

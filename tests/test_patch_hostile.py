@@ -18,10 +18,10 @@ import pytest
 from test_patch_crash import _files, _trimmed_copy
 
 from sglang_eagle3_ext import cli
-from sglang_eagle3_ext.errors import UserError
 from sglang_eagle3_ext.patcher import engine
 from sglang_eagle3_ext.patcher import manifest as mf
-from sglang_eagle3_ext.sglang_env import V2_FILE, locate
+from sglang_eagle3_ext.runtime.errors import UserError
+from sglang_eagle3_ext.runtime.sglang_env import V2_FILE, locate
 
 
 def _full_at(n: int):

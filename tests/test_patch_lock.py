@@ -26,11 +26,11 @@ from pathlib import Path
 import pytest
 from test_patch_crash import _py_hashes, _trimmed_copy
 
-from sglang_eagle3_ext.errors import UserError
 from sglang_eagle3_ext.patcher import engine
 from sglang_eagle3_ext.patcher import manifest as mf
 from sglang_eagle3_ext.patcher.transform import MARKER
-from sglang_eagle3_ext.sglang_env import locate
+from sglang_eagle3_ext.runtime.errors import UserError
+from sglang_eagle3_ext.runtime.sglang_env import locate
 
 TWO_WRITERS = 99
 _LIVE: set[int] = set()  # forked and not reaped yet: the only pids this test may signal

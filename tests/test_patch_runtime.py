@@ -2,7 +2,10 @@
 
 Fakes: only the draft / verify / re-extend bodies (they need GPU attention kernels; reference
 sglang-on-cpu.md 2d); the control flow between them is SGLang's own
-``EAGLEWorkerV2.forward_batch_generation`` decode branch, patched by our engine.
+``EAGLEWorkerV2.forward_batch_generation`` decode branch, patched by our engine. Run twice: with
+the inserted text of today and with the text patched trees carried before ``runtime/`` existed
+(``from sglang_eagle3_ext import probes``): such a tree keeps recording into the one probes module
+(the driver reads the trace through the new name), and ``patch status`` / ``revert`` still know it.
 """
 
 from __future__ import annotations
@@ -14,12 +17,21 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import requires_sglang, subprocess_env
 
-from sglang_eagle3_ext.patcher import engine
-from sglang_eagle3_ext.sglang_env import locate
+from sglang_eagle3_ext.patcher import engine, transform
+from sglang_eagle3_ext.runtime.sglang_env import locate
 
 DRIVER = Path(__file__).parent / "data" / "patcher" / "drive_v2.py"
+# the probes import block as trees patched before the move carry it (transform.py at b26d707)
+PRE_MOVE_PROBES = (
+    "try:  # {m}: probe runtime; package absent -> every probe call is skipped\n"
+    "    from sglang_eagle3_ext import probes as {a}  # {m}\n"
+    "    {a}.set_spec_config(route=\"source-patch\")  # {m}\n"
+    "except Exception:  # {m}\n"
+    "    {a} = None  # {m}\n"
+)
 
 
 def _link_copy(src: Path, dst: Path, copied: tuple[str, ...] = ()) -> None:
@@ -52,7 +64,8 @@ def _tiny_configs(tmp: Path) -> tuple[Path, Path]:
 
 
 @requires_sglang
-def test_patched_v2_decode_branch_fires_probes_in_order(tmp_path):
+@pytest.mark.parametrize("inserted", ["current", "pre-move"])
+def test_patched_v2_decode_branch_fires_probes_in_order(tmp_path, monkeypatch, inserted):
     installed = locate()
     assert installed.version == "0.5.23"
     root = tmp_path / "site"
@@ -62,8 +75,16 @@ def test_patched_v2_decode_branch_fires_probes_in_order(tmp_path):
         _link_copy(meta, root / meta.name)
     env = locate(root)
     assert env.version == "0.5.23"
+    if inserted == "pre-move":
+        monkeypatch.setitem(transform._IMPORT_BLOCK, "probes", PRE_MOVE_PROBES)
     pl = engine.apply(env)
+    monkeypatch.undo()  # status / revert below run with today's code
     v2 = env.path("srt/speculative/eagle_worker_v2.py")
+    new_import = "from sglang_eagle3_ext.runtime import probes as _sglang_eagle3_probes"
+    old_import = "from sglang_eagle3_ext import probes as _sglang_eagle3_probes"
+    text = v2.read_text()
+    assert (old_import in text and new_import not in text) if inserted == "pre-move" else new_import in text
+    assert engine.status(env)["state"] == "patched"
     assert [f.rel for f in pl.changes] == ["srt/speculative/eagle_worker_v2.py"]
     assert not v2.is_symlink()
     assert (installed.package_dir / "srt/speculative/eagle_worker_v2.py").read_bytes() != v2.read_bytes()
@@ -90,5 +111,9 @@ def test_patched_v2_decode_branch_fires_probes_in_order(tmp_path):
         ("mark_boundary", "extend"),  # the prefill branch
     ]
     assert ("set_spec_config", (None, None, None, "source-patch")) in trace
+    if inserted == "pre-move":  # apply again: rewritten from the pristine copy with today's text
+        engine.apply(env)
+        assert new_import in v2.read_text() and old_import not in v2.read_text()
+        assert engine.status(env)["state"] == "patched"
     engine.revert(env)
     assert v2.read_bytes() == (installed.package_dir / "srt/speculative/eagle_worker_v2.py").read_bytes()

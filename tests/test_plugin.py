@@ -19,7 +19,8 @@ import types
 import pytest
 from conftest import REPO, requires_sglang, subprocess_env
 
-from sglang_eagle3_ext import plugin, probes, releases, sglang_env
+from sglang_eagle3_ext import releases
+from sglang_eagle3_ext.runtime import plugin, probes, sglang_env
 
 OUR_ENV = ("EAGLE3_PROFILE", "EAGLE3_PROFILE_TRACE", "SGLANG_EAGLE3_NCCL", "SGLANG_EAGLE3_AUX_LAYERS",
            "SGLANG_PLUGINS", "NCCL_PROTO", "NCCL_ALGO", "NCCL_P2P_LEVEL")
@@ -128,7 +129,7 @@ from sglang.srt.plugins.hook_registry import HookRegistry
 before = dict(os.environ)
 load_plugins()
 R = {"eps": sorted(ep.value for ep in md.entry_points(group="sglang.srt.plugins")),
-     "loaded": "sglang_eagle3_ext.plugin" in sys.modules,
+     "loaded": "sglang_eagle3_ext.runtime.plugin" in sys.modules,
      "hooks": sorted(HookRegistry._hooks), "patched": sorted(HookRegistry._patched),
      "env_changed": sorted(set(os.environ.items()) ^ set(before.items()))}
 from sglang_eagle3_ext import plugin
@@ -247,7 +248,7 @@ def test_a_hook_sglang_could_not_apply_is_named_loudly(children):
 @pytest.mark.sglang
 def test_env_unset_loaded_but_inert(children):
     r, log = children["inert"]
-    assert "sglang_eagle3_ext.plugin:register" in r["eps"] and r["loaded"]
+    assert "sglang_eagle3_ext.runtime.plugin:register" in r["eps"] and r["loaded"]
     assert r["hooks"] == [] and r["patched"] == [] and r["env_changed"] == []
     assert r["role"] == "" and "sglang-eagle3-ext" not in log
 

@@ -22,7 +22,8 @@ import pytest
 from conftest import REPO
 from test_flags import write_model
 
-from sglang_eagle3_ext import cli, policy, releases
+from sglang_eagle3_ext import cli, releases
+from sglang_eagle3_ext.runtime import policy
 
 DATA = REPO / "tests" / "data" / "policy"
 H200 = DATA / "scan-h200-8b-p08.json"
@@ -383,7 +384,7 @@ def test_make_decider_for_a_live_controller():
 def _policy_records(n_windows: int = 3) -> list[dict]:
     """Windows as the probes write them with the policy installed: stepctl.control() gives the
     head and the policy part (the decider is real; the cycles are synthetic)."""
-    from sglang_eagle3_ext import stepctl
+    from sglang_eagle3_ext.runtime import stepctl
 
     dec = policy.PolicyDecider(_table(), explore_every=8)
     stepctl.install(dec)
@@ -428,7 +429,7 @@ def test_metrics_beside_spec_num_steps(tmp_path, monkeypatch):
     from prometheus_client import CollectorRegistry, generate_latest, multiprocess, values
     from prometheus_client.parser import text_string_to_metric_families
 
-    from sglang_eagle3_ext.probes import metrics
+    from sglang_eagle3_ext.runtime.probes import metrics
 
     d = tmp_path / "prom"
     d.mkdir()
@@ -461,7 +462,7 @@ def test_end_to_end_through_stepctl_probes_and_profile(tmp_path, monkeypatch, ca
     from test_probe_keys import STEP_MS, VERIFY_MS, _run, _start
     from test_stepctl import FakeController
 
-    from sglang_eagle3_ext import plugin, probes, stepctl
+    from sglang_eagle3_ext.runtime import plugin, probes, stepctl
 
     scan = tmp_path / "scan.json"
     cyc = {s: VERIFY_MS + 1.0 + 0.5 + STEP_MS * s for s in (1, 3)}       # the harness' cycle ms

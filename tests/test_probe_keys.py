@@ -19,8 +19,9 @@ from conftest import REPO
 from scripted import Clock
 from test_stepctl import FakeController
 
-from sglang_eagle3_ext import plugin, probes, profile_log, records, stepctl
-from sglang_eagle3_ext.probes import timers
+from sglang_eagle3_ext import profile_log, records
+from sglang_eagle3_ext.runtime import plugin, probes, stepctl
+from sglang_eagle3_ext.runtime.probes import timers
 
 STEP_MS = 2.0  # draft ms per step
 VERIFY_MS, EXTEND_MS, GAP_MS = 20.0, 1.0, 0.5
@@ -289,7 +290,7 @@ def test_committed_hold_sample_is_what_the_probes_write(tmp_path, monkeypatch):
 
 def test_server_log_blocks_say_what_ran_too(tmp_path):
     """The block's 'Steps ran' line reads back from a server log into control.choices."""
-    from sglang_eagle3_ext.probes.window import format_block
+    from sglang_eagle3_ext.runtime.probes.window import format_block
 
     recs = [json.loads(x) for x in HOLD_SAMPLE.read_text().splitlines()]
     log = tmp_path / "server.log"

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 from scripted import Clock
 
-from sglang_eagle3_ext import probes, profile_log
-from sglang_eagle3_ext.probes import timers
+from sglang_eagle3_ext import profile_log
+from sglang_eagle3_ext.runtime import probes
+from sglang_eagle3_ext.runtime.probes import timers
 
 REPO = Path(__file__).resolve().parent.parent
 

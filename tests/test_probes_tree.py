@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_eagle3_ext.probes import tree as ptree
+from sglang_eagle3_ext.runtime.probes import tree as ptree
 from sglang_eagle3_ext.tiny import trees
 
 torch = pytest.importorskip("torch")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sglang_eagle3_ext import cli, profile_log
-from sglang_eagle3_ext.errors import UserError
+from sglang_eagle3_ext.runtime.errors import UserError
 
 DATA = Path(__file__).resolve().parent / "data" / "profile"
 REPO = DATA.parent.parent.parent
@@ -127,8 +127,8 @@ def test_summary_leaves_the_warm_up_window_out_by_default():
 def test_profile_reports_the_probes_own_read_cost(tmp_path, capsys):
     """Records written by the real profiler carry its measured read cost per window; `profile`
     turns it into us per cycle (FakeEventTimer stands in for CUDA events: no GPU here)."""
-    from sglang_eagle3_ext import probes
-    from sglang_eagle3_ext.probes import timers
+    from sglang_eagle3_ext.runtime import probes
+    from sglang_eagle3_ext.runtime.probes import timers
 
     out = tmp_path / "prof.jsonl"
     probes.reset(environ={"EAGLE3_PROFILE": "1", "EAGLE3_PROFILE_EVERY": "10",

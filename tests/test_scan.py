@@ -18,7 +18,7 @@ import pytest
 from test_flags import write_model
 
 from sglang_eagle3_ext import cli, releases, scan
-from sglang_eagle3_ext.errors import UserError
+from sglang_eagle3_ext.runtime.errors import UserError
 
 STANDINS = Path(__file__).parent / "standins"
 sys.path.insert(0, str(STANDINS))

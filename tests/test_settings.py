@@ -10,7 +10,7 @@ from pathlib import Path
 
 from conftest import REPO
 
-from sglang_eagle3_ext import settings
+from sglang_eagle3_ext.runtime import settings
 
 
 def test_no_sgl_prefixed_variable_in_code_presets_or_docs():
@@ -122,15 +122,15 @@ def test_every_variable_the_code_names_is_declared_and_read_through_settings():
                 key = node.slice
             if key is not None and _literal_names(key):
                 by_hand.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
-    assert undeclared == [], "declare these in sglang_eagle3_ext/settings.py"
+    assert undeclared == [], "declare these in sglang_eagle3_ext/runtime/settings.py"
     assert by_hand == [], "read these through their settings.Setting (get / read / is_set)"
 
 
 def test_probe_parsers_share_the_declarations(capsys):
     """probes.settings() / metrics.settings() / plugin.switches() read through these Settings:
     the same spellings are accepted, the same bad values fall back with one 'is not ...' line."""
-    from sglang_eagle3_ext import plugin, probes
-    from sglang_eagle3_ext.probes import metrics
+    from sglang_eagle3_ext.runtime import plugin, probes
+    from sglang_eagle3_ext.runtime.probes import metrics
 
     env = {"EAGLE3_PROFILE": "yes", "EAGLE3_PROFILE_MODE": " WALL ", "EAGLE3_PROFILE_TOGGLE": "usr2",
            "EAGLE3_PROFILE_SPEC": "3,?,4", "EAGLE3_PROFILE_DEFER": "", "EAGLE3_PROFILE_OUT": "/tmp/p.jsonl"}

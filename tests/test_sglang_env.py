@@ -10,8 +10,8 @@ import pytest
 from conftest import requires_sglang
 
 from sglang_eagle3_ext import releases
-from sglang_eagle3_ext.errors import UserError
-from sglang_eagle3_ext.sglang_env import locate, parse_version
+from sglang_eagle3_ext.runtime.errors import UserError
+from sglang_eagle3_ext.runtime.sglang_env import locate, parse_version
 
 # Expected from the version map (section 1 and 2.1), not from our own code.
 EXPECTED = {

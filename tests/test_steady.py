@@ -13,9 +13,10 @@ import json
 import pytest
 from scripted import Clock
 
-from sglang_eagle3_ext import probes, profile_log
-from sglang_eagle3_ext.probes import _profiler, timers
-from sglang_eagle3_ext.probes.window import BATCH, EXTEND, IDLE, JOIN, LEAVE, classify
+from sglang_eagle3_ext import profile_log
+from sglang_eagle3_ext.runtime import probes
+from sglang_eagle3_ext.runtime.probes import _profiler, timers
+from sglang_eagle3_ext.runtime.probes.window import BATCH, EXTEND, IDLE, JOIN, LEAVE, classify
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ import types
 
 import pytest
 
-from sglang_eagle3_ext import hold, plugin, sglang_env, stepctl
+from sglang_eagle3_ext.runtime import hold, plugin, sglang_env, stepctl
 
 PINNED_ADAPTIVE = ("0.5.12.post1", "0.5.13", "0.5.16", "0.5.23")
 
@@ -229,7 +229,7 @@ def test_hold_without_an_adaptive_controller_is_said_at_the_first_decode_cycle(m
     (probes on) names it, once."""
     import logging
 
-    from sglang_eagle3_ext import probes
+    from sglang_eagle3_ext.runtime import probes
 
     monkeypatch.setattr(plugin._S, "missing", [])
     monkeypatch.setattr(plugin._S, "stepctl_checked", False)
@@ -238,7 +238,7 @@ def test_hold_without_an_adaptive_controller_is_said_at_the_first_decode_cycle(m
     mode = types.SimpleNamespace(is_extend=lambda: False, is_idle=lambda: False)
     batch = types.SimpleNamespace(forward_mode=mode)
     probes.reset(environ={})
-    with caplog.at_level(logging.ERROR, logger="sglang_eagle3_ext.plugin"):  # attaches to our logger
+    with caplog.at_level(logging.ERROR, logger="sglang_eagle3_ext.runtime.plugin"):  # attaches to our logger
         for _ in range(2):
             cycle(lambda self, batch: None, FakeWorker(3), batch)
     msgs = [r.getMessage() for r in caplog.records if "no adaptive controller" in r.getMessage()]

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from sglang_eagle3_ext import server
-from sglang_eagle3_ext.errors import UserError
+from sglang_eagle3_ext.runtime.errors import UserError
 
 
 def _stop(pid_file) -> subprocess.CompletedProcess:

@@ -22,8 +22,8 @@ from standin_openai import StandIn
 
 from sglang_eagle3_ext import cli, server, sweep
 from sglang_eagle3_ext.analysis import accept_len_from_rates
-from sglang_eagle3_ext.errors import UserError
-from sglang_eagle3_ext.probes.window import build_record
+from sglang_eagle3_ext.runtime.errors import UserError
+from sglang_eagle3_ext.runtime.probes.window import build_record
 
 RATES = [0.8, 0.6, 0.4, 0.3, 0.2]
 SWEEP_YAML = """

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from sglang_eagle3_ext import cli, tiny
-from sglang_eagle3_ext.errors import UserError
+from sglang_eagle3_ext.runtime.errors import UserError
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")

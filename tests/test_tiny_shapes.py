@@ -321,7 +321,7 @@ def test_wiring_record_and_layers_check(wired, capsys):
     assert f"prefill + decode: {default}" in text
     assert "--aux-layers 1,3,5" in text
     # the fix: config ids that capture the trained layers -> consistent
-    from sglang_eagle3_ext import layers
+    from sglang_eagle3_ext.runtime import layers
 
     fam = layers.FAMILIES["llama" if wired.name == "llama" else "deepseek_v2"]
     cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = layers.ours_to_config(fam, "0.5.23", TRAINED, 8)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from sglang_eagle3_ext import cli, releases, tiny
-from sglang_eagle3_ext.errors import UserError
+from sglang_eagle3_ext.runtime.errors import UserError
 from sglang_eagle3_ext.tiny import trees
 
 torch = pytest.importorskip("torch")

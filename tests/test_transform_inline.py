@@ -17,14 +17,14 @@ from sglang_eagle3_ext.patcher.transform import MARKER, transform_source
 DOCS = {"why": "w", "how": "h", "upstream": "u", "removal": "r"}
 IMPORT_PROBES = (
     f"try:  # {MARKER}: probe runtime; package absent -> every probe call is skipped\n"
-    f"    from sglang_eagle3_ext import probes as _sglang_eagle3_probes  # {MARKER}\n"
+    f"    from sglang_eagle3_ext.runtime import probes as _sglang_eagle3_probes  # {MARKER}\n"
     f"    _sglang_eagle3_probes.set_spec_config(route=\"source-patch\")  # {MARKER}\n"
     f"except Exception:  # {MARKER}\n"
     f"    _sglang_eagle3_probes = None  # {MARKER}\n"
 )
 IMPORT_LAYERS = (
     f"try:  # {MARKER}: aux-layer override; package absent -> SGLang's own layer ids\n"
-    f"    from sglang_eagle3_ext import layers as _sglang_eagle3_layers  # {MARKER}\n"
+    f"    from sglang_eagle3_ext.runtime import layers as _sglang_eagle3_layers  # {MARKER}\n"
     f"except Exception:  # {MARKER}\n"
     f"    _sglang_eagle3_layers = None  # {MARKER}\n"
 )
@@ -85,7 +85,7 @@ def test_decode_probes():
                     return y
                 return None
         """)
-    assert [i.what for i in res.inserted][:2] == ["guarded import of sglang_eagle3_ext.probes", "cycle_begin"]
+    assert [i.what for i in res.inserted][:2] == ["guarded import of sglang_eagle3_ext.runtime.probes", "cycle_begin"]
 
 
 METHOD_ENTRY = dict(name="aux-t", kind="method-entry", file="srt/models/*.py",

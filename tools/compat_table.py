@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 from sglang_eagle3_ext import releases
-from sglang_eagle3_ext.errors import UserError
 from sglang_eagle3_ext.patcher import engine
-from sglang_eagle3_ext.sglang_env import locate, parse_version
+from sglang_eagle3_ext.runtime.errors import UserError
+from sglang_eagle3_ext.runtime.sglang_env import locate, parse_version
 
 REPO = Path(__file__).resolve().parent.parent
 

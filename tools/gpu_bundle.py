@@ -31,7 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from sglang_eagle3_ext.resources import cache_root  # noqa: E402
+from sglang_eagle3_ext.runtime.resources import cache_root  # noqa: E402
 
 # name==version, as measured working on the H200 with SGLang 0.5.16 (gpu-h200-sglang.md), plus
 # libcst (our patcher) which the H200 image lacks.

@@ -7,7 +7,7 @@ import shlex
 from typing import Any
 
 from ..console import out, print_json
-from ..errors import UserError
+from ..runtime.errors import UserError
 
 HELP = ("Write SGLang's adaptive speculation config (tiers of candidate steps per batch size) "
         "from a sweep's or a scan's measurements, checked with the release's own loader.")
@@ -70,7 +70,7 @@ def render(choices: list[Any], source: dict[tuple[int, int], str], loader: Any, 
 
 def run(args: argparse.Namespace) -> int:
     from .. import adaptive
-    from ..sglang_env import locate
+    from ..runtime.sglang_env import locate
 
     if args.action != "write":
         raise UserError("usage: sgl-eagle3 adaptive write --from SWEEP_DIR --out adaptive.json",

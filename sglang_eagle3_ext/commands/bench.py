@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from ..console import clean, err, out, plain, print_json
-from ..errors import UserError
+from ..runtime.errors import UserError
 
 HELP = ("Benchmark a running server: TTFT, decode and end-to-end tok/s, accept length (streaming); "
         "a concurrency ladder with --concurrency 1,2,4,...")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..console import err, out
-from ..errors import UserError
+from ..runtime.errors import UserError
 
 HELP = "One-command demo: tiny models, probes, profiled EAGLE-3 server, bench, profile table, revert."
 
@@ -109,7 +109,7 @@ def _step(n: int, text: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from .. import server as srv
     from .. import tiny
-    from ..sglang_env import locate
+    from ..runtime.sglang_env import locate
 
     _validate(args)
     env = locate(args.sglang_root)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import os
 
-from .. import __version__, settings
+from .. import __version__
 from ..console import out, print_json
-from ..sglang_env import locate
+from ..runtime import settings
+from ..runtime.sglang_env import locate
 
 HELP = "Report the SGLang install, its EAGLE worker family, usable routes, patch state and env."
 
@@ -50,7 +51,7 @@ def _patch_summary(env) -> dict | None:
 
 def _plugin_summary() -> dict | None:
     try:
-        from .. import plugin
+        from ..runtime import plugin
     except ImportError:
         return None
     fn = getattr(plugin, "describe", None)

@@ -7,7 +7,7 @@ import shlex
 from pathlib import Path
 
 from ..console import err, out
-from ..errors import UserError
+from ..runtime.errors import UserError
 from . import split_preset_words
 
 HELP = "Start an SGLang server from a preset and/or flags, after checking the speculative flags."
@@ -113,7 +113,7 @@ def _notes(notes: list[str]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from .. import flags, server
-    from ..sglang_env import locate
+    from ..runtime.sglang_env import locate
 
     cfg = build_config(args)
     env = locate(args.sglang_root)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .. import layers
 from ..console import out, print_json
-from ..errors import UserError
-from ..safeparse import json_loads
+from ..runtime import layers
+from ..runtime.errors import UserError
+from ..runtime.safeparse import json_loads
 
 HELP = "Check which target hidden-state layers feed the EAGLE-3 draft (our convention: output of layer k)."
 
@@ -101,17 +101,17 @@ def run(args: argparse.Namespace) -> int:
         trained = None
     version = args.sglang_version
     if version is None:
-        from ..sglang_env import locate
+        from ..runtime.sglang_env import locate
 
         version = locate(getattr(args, "sglang_root", None)).version
     else:
-        from ..sglang_env import parse_version
+        from ..runtime.sglang_env import parse_version
 
         try:
             parse_version(version)
         except UserError as exc:
             raise UserError(f"--sglang-version: {exc}", exit_code=2) from None
-    from .. import settings
+    from ..runtime import settings
 
     aux_text = args.aux_layers if args.aux_layers is not None else settings.AUX_LAYERS.get()
     aux = layers.parse_layers(aux_text) if aux_text else None

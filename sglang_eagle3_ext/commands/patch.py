@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 
 from ..console import out, print_json
-from ..errors import UserError
 from ..patcher import engine
-from ..sglang_env import locate
+from ..runtime.errors import UserError
+from ..runtime.sglang_env import locate
 
 HELP = "Insert (or remove) profiling probes and the aux-layer override in SGLang's source."
 

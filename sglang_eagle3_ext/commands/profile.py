@@ -10,8 +10,8 @@ from typing import Any
 
 from .. import analysis, profile_log
 from ..console import clean, err, out, plain, print_json
-from ..errors import UserError
-from ..probes.window import CYCLE, CYCLE_LABEL, LABELS, PHASES
+from ..runtime.errors import UserError
+from ..runtime.probes.window import CYCLE, CYCLE_LABEL, LABELS, PHASES
 
 HELP = "Read probe JSONL / server logs with EAGLE3_PROF blocks: phase table, break-even, --predict."
 

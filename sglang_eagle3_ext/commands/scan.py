@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from ..console import err, out
-from ..errors import UserError
-from ..probes.window import PHASES
+from ..runtime.errors import UserError
+from ..runtime.probes.window import PHASES
 from . import split_preset_words
 
 HELP = ("One server start: hold every candidate step count in turn (SGLang 0.5.13+ adaptive states) at "
@@ -104,7 +104,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     """Everything the run needs, checked before anything starts."""
     from .. import adaptive_format, bench, flags, launch_config, scan
     from ..bench import write_json
-    from ..sglang_env import locate
+    from ..runtime.sglang_env import locate
 
     preset, given = _split_words(args)
     env = locate(getattr(args, "sglang_root", None))

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from ..console import out
-from ..errors import UserError
+from ..runtime.errors import UserError
 
 HELP = "Stop a detached server (SIGTERM to its process group, SIGKILL after a grace period)."
 

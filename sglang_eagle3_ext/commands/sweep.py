@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..console import err, out
-from ..errors import UserError
+from ..runtime.errors import UserError
 
 HELP = ("Sweep steps/topk/draft tokens (+ no-spec baseline, NCCL, custom all-reduce) x concurrency: "
         "bench each, analyse, recommend per tier.")

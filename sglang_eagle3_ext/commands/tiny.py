@@ -8,8 +8,8 @@ import shlex
 import time
 
 from ..console import err, out, print_json
-from ..errors import UserError
 from ..outputs import check_folder
+from ..runtime.errors import UserError
 
 HELP = "Build a tiny (or real-shape) target + EAGLE-3 draft + tokenizer offline, with a chosen acceptance."
 
@@ -71,7 +71,8 @@ def shape_from_args(args: argparse.Namespace):
 
 def validate(args: argparse.Namespace):
     """Everything checkable before anything is written: (acceptances, shape, trained_on)."""
-    from .. import layers, tiny
+    from .. import tiny
+    from ..runtime import layers
     from ..tiny import wiring
 
     accs = tiny.parse_acceptances(args.acceptance)

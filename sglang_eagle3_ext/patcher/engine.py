@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..errors import UserError
-from ..sglang_env import SGLangEnv
+from ..runtime.errors import UserError
+from ..runtime.sglang_env import SGLangEnv
 from . import manifest as mf
 from .spec import Patch, load_specs, select, version_matches
 from .transform import MARKER, FileResult, transform_source
@@ -54,7 +54,7 @@ def _norm_aux(value: str | None, previous: dict[str, Any] | None) -> str | None:
         return (previous or {}).get("aux_layers")
     if value.strip().lower() in ("off", "none", ""):
         return None
-    from ..layers import format_layers, parse_layers
+    from ..runtime.layers import format_layers, parse_layers
 
     return format_layers(parse_layers(value))
 
@@ -98,7 +98,7 @@ def _check_structure(env: SGLangEnv, specs: list[Patch], chosen: list[Patch]) ->
     alone, whose class and method are in this tree while no chosen patch covers that method, means
     the version number and the code disagree (a dev build, a relabelled or hand-built tree).
     Refuse with that reason instead of silently leaving a hook out."""
-    from ..sglang_env import _method, _tree
+    from ..runtime.sglang_env import _method, _tree
 
     covered = {(p.file, m) for p in chosen for m in p.method}
     for q in specs:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserError
+from ..runtime.errors import UserError
 
 STATE_DIR = ".sglang-eagle3-ext"
 SCHEMA = "sglang-eagle3-ext/patch-manifest/1"

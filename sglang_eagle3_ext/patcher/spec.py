@@ -14,10 +14,10 @@ from typing import Any
 
 import yaml
 
-from ..errors import UserError
-from ..resources import data_dir
-from ..safeparse import yaml_load
-from ..sglang_env import SGLangEnv, parse_version
+from ..runtime.errors import UserError
+from ..runtime.resources import data_dir
+from ..runtime.safeparse import yaml_load
+from ..runtime.sglang_env import SGLangEnv, parse_version
 
 KINDS = ("decode-probes", "method-entry", "after-assign")
 DOC_KEYS = ("why", "how", "upstream", "removal")

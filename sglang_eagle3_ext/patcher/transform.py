@@ -28,14 +28,14 @@ ALIASES = {"probes": "_sglang_eagle3_probes", "layers": "_sglang_eagle3_layers"}
 _IMPORT_BLOCK = {
     "probes": (
         "try:  # {m}: probe runtime; package absent -> every probe call is skipped\n"
-        "    from sglang_eagle3_ext import probes as {a}  # {m}\n"
+        "    from sglang_eagle3_ext.runtime import probes as {a}  # {m}\n"
         "    {a}.set_spec_config(route=\"source-patch\")  # {m}\n"
         "except Exception:  # {m}\n"
         "    {a} = None  # {m}\n"
     ),
     "layers": (
         "try:  # {m}: aux-layer override; package absent -> SGLang's own layer ids\n"
-        "    from sglang_eagle3_ext import layers as {a}  # {m}\n"
+        "    from sglang_eagle3_ext.runtime import layers as {a}  # {m}\n"
         "except Exception:  # {m}\n"
         "    {a} = None  # {m}\n"
     ),
@@ -540,8 +540,8 @@ def transform_source(relpath: str, source: str, patches: list[Patch], version: s
     out[at:at] = [block]
     res.new_source = bom + "".join(out)
     for m in modules_used:
-        res.inserted.insert(0, Inserted("(import)", f"guarded import of sglang_eagle3_ext.{m}",
-                                        f"from sglang_eagle3_ext import {m} as"))
+        res.inserted.insert(0, Inserted("(import)", f"guarded import of sglang_eagle3_ext.runtime.{m}",
+                                        f"from sglang_eagle3_ext.runtime import {m} as"))
     _number(res)
     return res
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..errors import UserError
+from ..runtime.errors import UserError
 from . import construct, draft, shapes, targets, trees, wiring
 from .construct import READOUT_MARGIN, simulate_accept  # noqa: F401 - public
 from .gen import Gen, pick_device
@@ -260,7 +260,7 @@ def build(out_dir: str | Path, acceptance: Acceptance | str | list = "oracle", s
     elif s.name == "tiny" and not s.overrides:
         aux_ids, default_capture = list(s.aux_layers), list(s.aux_layers)
     else:
-        from .. import layers as lay
+        from ..runtime import layers as lay
 
         fam = lay.FAMILIES["llama" if s.arch == "llama" else "deepseek_v2"]
         aux_ids = lay.ours_to_config(fam, version, aux_ours, s.layers)

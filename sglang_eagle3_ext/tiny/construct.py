@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from ..errors import UserError
+from ..runtime.errors import UserError
 from .shapes import HOT_CYCLE, TOKENIZER_VOCAB
 
 READOUT_MARGIN = 48.0

@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import UserError
+from ..runtime.errors import UserError
 
 TOKENIZER_VOCAB = 2048  # the in-process BPE tokenizer: ids a prompt or the models can produce
 HOT_CYCLE = 1024  # the partial construction's target walks a cycle over ids [0, HOT_CYCLE)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from ..errors import UserError
+from ..runtime.errors import UserError
 
 VOCAB = 2048
 MAX_POS = 4096

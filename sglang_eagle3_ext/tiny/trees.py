@@ -29,7 +29,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import UserError
+from ..runtime.errors import UserError
 from .construct import cycle_len, partial_maps
 from .shapes import TOKENIZER_VOCAB
 

@@ -13,7 +13,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserError
+from ..runtime.errors import UserError
 from .tokenizer import SPECIALS, VOCAB
 
 

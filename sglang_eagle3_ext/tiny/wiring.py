@@ -22,7 +22,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import UserError
+from ..runtime.errors import UserError
 from .shapes import Shape
 from .targets import writer_mlp_prefix, writer_mlp_width
 
@@ -146,7 +146,7 @@ def config_ids(s: Shape, trained: list[int], version: str) -> tuple[list[int], l
     Tries the other convention's spelling first: for llama (+1 rule) the HF/loop indices L+1
     (captures outputs L+1), for DeepSeek 0.5.13+ (raw ids) our own L (captures outputs L-1); when
     DeepSeek's "first id 1" heuristic makes those right, L+2 (raw: outputs L+1)."""
-    from .. import layers as lay
+    from ..runtime import layers as lay
 
     fam = lay.FAMILIES["llama" if s.arch == "llama" else "deepseek_v2"]
     want = sorted(lay.to_loop(x) for x in trained)

@@ -9,7 +9,7 @@ runs batched "cycles" on a fixed cost model instead of a model:
     cycle ms (steps s, batch b) = 2.0 + 0.4 s + 0.05 b (s + 1)          (plain server: 1.8 + 0.04 b)
     conditional acceptance per draft position = 0.8, 0.6, 0.4, 0.3, 0.2 (seeded draws)
 
-The hold schedule is the plugin's real decider (sglang_eagle3_ext/hold.py HoldDecider, fed each
+The hold schedule is the plugin's real decider (sglang_eagle3_ext/runtime/hold.py HoldDecider, fed each
 cycle's batch size like the activate_step_by_batch hook; graph-size padding left out), and every
 EAGLE3_PROFILE_EVERY cycles one eagle3_prof/3 record is built by the probes' own functions
 (probes/window.py classify / switch_bits / split_record / by_key / build_record) from the cycles
@@ -31,7 +31,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from sglang_eagle3_ext.probes import window
+from sglang_eagle3_ext.runtime.probes import window
 
 RATES = (0.8, 0.6, 0.4, 0.3, 0.2, 0.15, 0.1)
 
@@ -82,8 +82,8 @@ class Engine:
         self.cands = [int(x) for x in order.split(",")] if order else (cands or [start])
         self.hold = int(os.environ.get("SGLANG_EAGLE3_HOLD") or 0)
         self.decider = None
-        if self.hold and self.spec:  # the plugin's real hold decider (sglang_eagle3_ext/hold.py)
-            from sglang_eagle3_ext.hold import HoldDecider, candidates_for
+        if self.hold and self.spec:  # the plugin's real hold decider (sglang_eagle3_ext/runtime/hold.py)
+            from sglang_eagle3_ext.runtime.hold import HoldDecider, candidates_for
 
             self.decider = HoldDecider(self.hold, candidates_for(cands, self.cands))
         self.out = os.environ.get("EAGLE3_PROFILE_OUT") if os.environ.get("EAGLE3_PROFILE") == "1" else None

@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from sglang_eagle3_ext import bench, flags, server, sweep, tiny  # noqa: E402
-from sglang_eagle3_ext.sglang_env import locate  # noqa: E402
+from sglang_eagle3_ext.runtime.sglang_env import locate  # noqa: E402
 
 T0 = time.monotonic()
 P_PARTIAL = 0.6

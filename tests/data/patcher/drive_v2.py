@@ -24,7 +24,7 @@ publish(sa, role="scheduler")
 
 from sglang.srt.speculative import eagle_worker_v2 as ew  # noqa: E402
 
-from sglang_eagle3_ext import probes  # noqa: E402
+from sglang_eagle3_ext.runtime import probes  # noqa: E402
 
 order = []
 

@@ -1,4 +1,4 @@
-"""The enabled-path state machine behind ``sglang_eagle3_ext.probes`` (imported only when on).
+"""The enabled-path state machine behind ``sglang_eagle3_ext.runtime.probes`` (imported only when on).
 
 Cycle bookkeeping is kept flat (lists, no objects per boundary) because it runs in the
 scheduler's hot loop: one backend mark per boundary and a list append per phase.
@@ -379,7 +379,7 @@ class Profiler:
     def _control(self, tags: list) -> dict[str, Any]:
         """Which decider held the steps (stepctl, when the plugin installed one) and what ran at
         each batch size in this window."""
-        sc = sys.modules.get("sglang_eagle3_ext.stepctl")
+        sc = sys.modules.get("sglang_eagle3_ext.runtime.stepctl")
         head = sc.control() if sc is not None else {"decider": None, "block": None, "candidates": None}
         head["choices"] = choices(tags)
         if self._mismatch:

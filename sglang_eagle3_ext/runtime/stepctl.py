@@ -237,7 +237,7 @@ def make_decider(name: str, info: ControllerInfo, environ: Mapping[str, str] | N
         import importlib
 
         try:
-            mod = importlib.import_module("sglang_eagle3_ext.policy")
+            mod = importlib.import_module("sglang_eagle3_ext.runtime.policy")
         except ImportError as exc:
             raise ValueError(f"{settings.POLICY.name} is set but the policy decider is not installed "
                              f"({exc})") from None

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .errors import UserError
 
-_PKG = Path(__file__).resolve().parent
+_PKG = Path(__file__).resolve().parent.parent  # sglang_eagle3_ext/ (this file is in runtime/)
 
 
 def data_dir(name: str) -> Path:

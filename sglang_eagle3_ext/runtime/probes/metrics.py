@@ -38,7 +38,7 @@ SECONDS_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 
 
 def settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """``on`` needs both EAGLE3_PROFILE and EAGLE3_PROFILE_METRICS; a bad baseline warns, is ignored
-    (read through ``sglang_eagle3_ext.settings``)."""
+    (read through ``sglang_eagle3_ext.runtime.settings``)."""
     on = bool(env.PROFILE.get(environ)) and bool(env.PROFILE_METRICS.get(environ))
     baseline, problem = env.PROFILE_BASELINE_TPS.read(environ)
     if problem and on:

@@ -37,7 +37,7 @@ def _warn(msg: str) -> None:
 
 
 def settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The probe settings an environment asks for, read through ``sglang_eagle3_ext.settings``
+    """The probe settings an environment asks for, read through ``sglang_eagle3_ext.runtime.settings``
     (names, types, defaults). Bad values warn (when the probes are on) and fall back: a typo in
     an env var must never take a serving process down."""
     on, bad = env.PROFILE.read(environ)

@@ -27,13 +27,15 @@ from pathlib import Path
 from typing import Any
 
 from . import nccl, settings, stepctl
-from .patcher import MARKER  # carried by every source-patched SGLang file (stdlib-only module)
+from .marker import MARKER  # carried by every source-patched SGLang file
 from .sglang_env import COMMON_FILE, V1_FILE, V2_FILE, SGLangEnv, locate
 
 ENV_PROFILE = settings.PROFILE.name
 ENV_NCCL = nccl.ENV
 ENV_AUX = settings.AUX_LAYERS.name
-ENTRY_POINT = "sglang_eagle3_ext.plugin:register"
+ENTRY_POINT = "sglang_eagle3_ext.runtime.plugin:register"
+# installs made before the move name the alias (same module object, sglang_eagle3_ext/_aliases.py)
+OLD_ENTRY_POINT = "sglang_eagle3_ext.plugin:register"
 ENTRY_POINT_NAME = "eagle3_ext"  # pyproject.toml [project.entry-points."sglang.srt.plugins"]
 
 # SGLang process entry functions -> role; register() walks its caller frames (innermost first).
@@ -195,7 +197,7 @@ def probe_entries(env: SGLangEnv) -> list[Any]:
     """The probe and accept specs the source patcher would apply to this tree (its own loader and
     selection; aux-layer specs need an option and stay out). Imported here, not at module level:
     the spec loader needs PyYAML, and this module imports only the standard library."""
-    from .patcher.spec import load_specs, select
+    from ..patcher.spec import load_specs, select
 
     return [p for p in select(load_specs(), env, only=None, options={})
             if p.kind == "decode-probes" or p.accept_hook]
@@ -793,7 +795,7 @@ def entry_point_present() -> bool:
         eps = importlib.metadata.entry_points(group="sglang.srt.plugins")
     except Exception:  # noqa: BLE001
         return False
-    return any(ep.value.replace(" ", "") == ENTRY_POINT for ep in eps)
+    return any(ep.value.replace(" ", "") in (ENTRY_POINT, OLD_ENTRY_POINT) for ep in eps)
 
 
 def _allowed_by_sglang(environ: dict[str, str] | None) -> bool:
