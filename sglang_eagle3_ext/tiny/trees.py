@@ -46,19 +46,25 @@ GRID_STEPS = (1, 2, 3, 4, 5)
 GRID_TOPK = (1, 2, 4, 8)
 
 
-def parse_alternatives(value: str | list | tuple | None) -> list[float]:
+def _probabilities(value: str | list | tuple | None, flag: str, what: str) -> list[float]:
+    """A comma list (or sequence) of probabilities in [0, 1]; UserError(2) naming ``flag``."""
     if value is None or value == "":
         return []
     items = value if isinstance(value, (list, tuple)) else str(value).split(",")
     out = []
     for it in items:
         try:
-            a = float(it)
+            x = float(it)
         except (TypeError, ValueError):
-            raise UserError(f"--alternatives takes probabilities, got {it!r}", exit_code=2) from None
-        if not 0.0 <= a <= 1.0 or a != a:
-            raise UserError(f"--alternatives probability must be in [0, 1], got {it!r}", exit_code=2)
-        out.append(a)
+            raise UserError(f"{flag} takes {what}, got {it!r}", exit_code=2) from None
+        if not 0.0 <= x <= 1.0 or x != x:
+            raise UserError(f"{flag} probability must be in [0, 1], got {it!r}", exit_code=2)
+        out.append(x)
+    return out
+
+
+def parse_alternatives(value: str | list | tuple | None) -> list[float]:
+    out = _probabilities(value, "--alternatives", "probabilities")
     if len(out) > K_DESIGN - 1:
         raise UserError(f"--alternatives: at most {K_DESIGN - 1} values (ranks 1..{K_DESIGN - 1})",
                         exit_code=2)
@@ -66,19 +72,8 @@ def parse_alternatives(value: str | list | tuple | None) -> list[float]:
 
 
 def parse_regions(value: str | list | tuple | None) -> list[float]:
-    if value is None or value == "":
-        return []
-    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
-    out = []
-    for it in items:
-        try:
-            p = float(it)
-        except (TypeError, ValueError):
-            raise UserError(f"--regions takes rank-0 probabilities, got {it!r}", exit_code=2) from None
-        if not 0.0 <= p <= 1.0 or p != p:
-            raise UserError(f"--regions probability must be in [0, 1], got {it!r}", exit_code=2)
-        out.append(p)
-    if not 2 <= len(out) <= len(REGION_NAMES):
+    out = _probabilities(value, "--regions", "rank-0 probabilities")
+    if out and not 2 <= len(out) <= len(REGION_NAMES):
         raise UserError(f"--regions takes 2 to {len(REGION_NAMES)} values, got {len(out)}",
                         exit_code=2)
     return out
