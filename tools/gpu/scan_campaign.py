@@ -214,7 +214,111 @@ def plan_final(out: Path) -> dict[str, server.Server]:
     return started
 
 
-PLANS = {"scan-8b": plan_scan_8b, "adapt-8b": plan_adapt_8b, "final": plan_final}
+def set_arg(g: dict[str, Any], flag: str, value: str) -> dict[str, Any]:
+    """Replace one server flag's value in a group (SGLang's argparse would take the last anyway)."""
+    args = g["launch"]["extra_args"]
+    i = args.index(flag)
+    args[i + 1] = value
+    return g
+
+
+def build_parallel(models: dict[str, list[str]], out: Path) -> None:
+    """Two builds at once (each mostly CPU: readout solve and writing shards)."""
+    todo = {k: v for k, v in models.items() if not (C.WORK / k / "tiny.json").exists()}
+    procs = {}
+    for name, args in todo.items():
+        shutil.rmtree(C.WORK / name, ignore_errors=True)
+        args = [*args, *SMALL] if REHEARSE else args
+        fh = open(out / f"build-{name}.txt", "w")
+        procs[name] = (subprocess.Popen([*C.CLI, "tiny", "--out", str(C.WORK / name), *args],
+                                        stdout=fh, stderr=subprocess.STDOUT), fh)
+    for name, (pr, fh) in procs.items():
+        rc = pr.wait()
+        fh.close()
+        C.log(f"build {name} -> exit {rc}")
+        if rc:
+            raise SystemExit(f"building {name} failed (see build-{name}.txt)")
+    for name in models:
+        shutil.copy(C.WORK / name / "tiny.json", out / f"tiny-{name}.json")
+
+
+REGIONS = [*C.TREE, "--regions", "0.9,0.6,0.3", "--prompts", str(C.REPO / "examples" / "prompts-trees.jsonl")]
+
+
+def plan_trees2(out: Path) -> dict[str, server.Server]:
+    """Issue 24 after the tree-hook fix: tree probes on the GPU, the 5-step chain on the tree draft
+    (the tree-derived chain's twin), topk 2 and 8, a second budget for topk 4; and a prompt-region
+    build benched per category (easy / medium / hard walk different paths under one template)."""
+    for old in ("8b", "moe"):
+        shutil.rmtree(C.WORK / old, ignore_errors=True)
+    build_parallel({"tree": C.TREE, "regions": REGIONS}, out)
+    trees = C.tree_group("trees", "tree", "draft", [(5, 1, 6), (5, 4, 21), (3, 2, 7), (3, 4, 8), (5, 8, 41)],
+                         [1, 8, 32])
+    reg = C.tree_group("regions", "regions", "draft", [(5, 4, 21)], [1])
+    for g in (trees, reg):  # six 18 GB servers on one GPU: a smaller KV pool, a smaller reserve
+        set_arg(set_arg(g, "--max-total-tokens", "16384"), "--mem-fraction-static", "0.9")
+    specs, cfgs = specs_for([trees, reg], out, 31000)
+    started = C.start_all(cfgs, stagger=0 if REHEARSE else 8)
+    checkpoint()
+    bench_groups([specs[0]], started, out)
+    checkpoint()
+    sv = started.get(f"regions-{specs[1].configs[0].slug}")
+    if sv is not None and sv.is_running():
+        rows = [json.loads(x) for x in (C.REPO / "examples" / "prompts-trees.jsonl").read_text().splitlines() if x]
+        for cat in ("easy", "medium", "hard"):
+            f = out / "regions" / f"prompts-{cat}.jsonl"
+            f.write_text("".join(json.dumps(r) + "\n" for r in rows if r["category"] == cat))
+            for conc in ("1", "8"):
+                C.run([*C.CLI, "bench", "--url", sv.url, "--prompts", str(f), "--concurrency", conc,
+                       "--runs", "2", "--warmup", "1", "--max-tokens", "256", "--ignore-eos",
+                       "--label", f"regions {cat}", "--out", str(out / "regions" / f"{cat}-c{conc}.json")],
+                      out / "regions" / f"{cat}-c{conc}.txt", timeout=90)
+        C.scrape(sv, out / "regions" / "metrics.txt")
+    checkpoint()
+    return started
+
+
+def plan_adapt2_8b(out: Path) -> dict[str, server.Server]:
+    """Issue 25's transition workload, whole runs kept: our policy (the round-4 scan's table),
+    SGLang's EMA with its default tiers and with the scan's tiers, static 5 and 4 steps; rounds of
+    the same transition (1 -> 32 -> 8 -> 64), server order reversed each round against drift."""
+    for old in ("tree", "regions", "moe"):
+        shutil.rmtree(C.WORK / old, ignore_errors=True)
+    build({"8b": P08}, out)
+    scan_json = out / "scan.json"
+    shutil.copy(SCAN_R4 / "scan.json", scan_json)
+    shutil.copy(SCAN_R4 / "adaptive.json", out / "adaptive-scan.json")
+    conc = [1, 8, 32, 64]
+    pol = C.group("policy", "8b", "draft", [5], conc)
+    pol["launch"]["policy"] = str(scan_json)
+    groups = [pol,
+              C.group("ema-default", "8b", "draft", [7], conc, extra=["--speculative-adaptive"]),
+              C.group("static5", "8b", "draft", [5], conc),
+              C.group("ema-scan", "8b", "draft", [5], conc, adaptive=str(out / "adaptive-scan.json")),
+              C.group("static4", "8b", "draft", [4], conc)]
+    specs, cfgs = specs_for(groups, out, 31000)
+    started = C.start_all(cfgs, stagger=0 if REHEARSE else 8)
+    checkpoint()
+    names = [(spec.name, started.get(f"{spec.name}-{spec.configs[0].slug}")) for spec in specs]
+    for rnd in range(3):
+        for name, sv in (names if rnd % 2 == 0 else names[::-1]):
+            if time.monotonic() - C.T0 > DEADLINE[0]:
+                C.log(f"deadline: round {rnd} {name} not run")
+                continue
+            if sv is not None and sv.is_running():
+                transition(sv, out / name / f"transition-r{rnd}.json")
+                checkpoint()
+    for name, sv in names:
+        if sv is not None and sv.is_running():
+            C.scrape(sv, out / name / "metrics.txt")
+    return started
+
+
+DEADLINE = [480.0]  # no new transition after this (s)
+
+
+PLANS = {"scan-8b": plan_scan_8b, "adapt-8b": plan_adapt_8b, "final": plan_final,
+         "trees2": plan_trees2, "adapt2-8b": plan_adapt2_8b}
 
 
 def main() -> int:
