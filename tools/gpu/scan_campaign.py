@@ -317,8 +317,39 @@ def plan_adapt2_8b(out: Path) -> dict[str, server.Server]:
 DEADLINE = [480.0]  # no new transition after this (s)
 
 
+def plan_moe2(out: Path) -> dict[str, server.Server]:
+    """The MoE scan (steps 0..4 at 1 / 8 streams, one start), then our policy on its table beside
+    SGLang's EMA with its default tiers (two 57 GB servers fit at once), each on 1 -> 8 -> 1 -> 8."""
+    for old in ("8b", "tree", "regions"):
+        shutil.rmtree(C.WORK / old, ignore_errors=True)
+    build({"moe": MOE}, out)
+    run_cli(scan_cmd("moe", "0-4", "1,8", out / "scan-moe", 31100, bs=8), out / "scan-moe.txt", timeout=300,
+            env=scan_env())
+    checkpoint()
+    scan_json = out / "scan-moe" / "scan.json"
+    if not scan_json.exists():
+        return {}
+    pol = C.group("policy", "moe", "draft", [4], [1, 8])
+    pol["launch"]["policy"] = str(scan_json)
+    groups = [pol, C.group("ema-default", "moe", "draft", [7], [1, 8], extra=["--speculative-adaptive"])]
+    specs, cfgs = specs_for(groups, out, 31000)
+    started = C.start_all(cfgs, stagger=0 if REHEARSE else 8)
+    checkpoint()
+    for rnd in range(2):
+        for spec in (specs if rnd == 0 else specs[::-1]):
+            sv = started.get(f"{spec.name}-{spec.configs[0].slug}")
+            if sv is not None and sv.is_running():
+                C.run([*C.CLI, "bench", "--url", sv.url, "--concurrency", "1,8,1,8", "--runs", "3",
+                       "--warmup", "1", "--max-tokens", "256", "--ignore-eos", "--label", f"{spec.name} moe",
+                       "--out", str(out / spec.name / f"transition-r{rnd}.json")],
+                      out / spec.name / f"transition-r{rnd}.txt", timeout=120)
+                C.scrape(sv, out / spec.name / "metrics.txt")
+                checkpoint()
+    return started
+
+
 PLANS = {"scan-8b": plan_scan_8b, "adapt-8b": plan_adapt_8b, "final": plan_final,
-         "trees2": plan_trees2, "adapt2-8b": plan_adapt2_8b}
+         "trees2": plan_trees2, "adapt2-8b": plan_adapt2_8b, "moe2": plan_moe2}
 
 
 def main() -> int:
