@@ -319,7 +319,7 @@ DEADLINE = [480.0]  # no new transition after this (s)
 
 def plan_moe2(out: Path) -> dict[str, server.Server]:
     """The MoE scan (steps 0..4 at 1 / 8 streams, one start), then our policy on its table beside
-    SGLang's EMA with its default tiers (two 57 GB servers fit at once), each on 1 -> 8 -> 1 -> 8."""
+    SGLang's EMA with its default tiers (two 57 GB servers fit at once), each on 1 -> 8, two rounds."""
     for old in ("8b", "tree", "regions"):
         shutil.rmtree(C.WORK / old, ignore_errors=True)
     build({"moe": MOE}, out)
@@ -339,7 +339,7 @@ def plan_moe2(out: Path) -> dict[str, server.Server]:
         for spec in (specs if rnd == 0 else specs[::-1]):
             sv = started.get(f"{spec.name}-{spec.configs[0].slug}")
             if sv is not None and sv.is_running():
-                C.run([*C.CLI, "bench", "--url", sv.url, "--concurrency", "1,8,1,8", "--runs", "3",
+                C.run([*C.CLI, "bench", "--url", sv.url, "--concurrency", "1,8", "--runs", "3",
                        "--warmup", "1", "--max-tokens", "256", "--ignore-eos", "--label", f"{spec.name} moe",
                        "--out", str(out / spec.name / f"transition-r{rnd}.json")],
                       out / spec.name / f"transition-r{rnd}.txt", timeout=120)
