@@ -44,6 +44,7 @@ from .launch_config import (
 )
 from .runtime.errors import UserError
 from .runtime.resources import cache_root
+from .runtime.settings import POLICY
 
 # Re-exports: the configuration and argv names callers (tests, tools/gpu) use as ``server.*``.
 __all__ = [
@@ -183,6 +184,11 @@ class Server:
     def start(self, wait: bool = True, timeout: float | None = None) -> Server:
         if self.proc is not None:
             raise UserError("this Server was already started", 2)
+        if self.cfg.policy and POLICY.name not in self.cfg.env:
+            # --policy is applied by flags.validate (adaptive config + env); without it the server
+            # would run the static step count and look like the policy (seen on the H200, round 5)
+            raise UserError(f"policy {self.cfg.policy}: not applied to this launch (flags.validate writes its "
+                            "adaptive config and sets " + POLICY.name + "); refusing to start a static server", 2)
         if port_in_use(self.cfg.host, self.cfg.port):
             raise UserError(f"port {self.cfg.port} on {self.cfg.host} is already in use "
                             f"(another server? `sgl-eagle3 stop --all`, or pick --port)", 2)

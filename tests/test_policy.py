@@ -543,3 +543,19 @@ def test_transition_figure_from_committed_ladders():
     assert got["interval"][0] < got["tok_s"] < got["interval"][1]
     with pytest.raises(ValueError, match="not a ladder"):
         transition.whole_run({"levels": []})
+
+
+def test_server_refuses_a_policy_that_was_not_applied(tmp_path):
+    """A LaunchConfig with ``policy`` set but never passed through flags.validate (no adaptive
+    config, no SGLANG_EAGLE3_POLICY) would start a static server that looks like the policy: the
+    H200 round-5 campaign did exactly that. Server.start refuses it before spawning anything."""
+    from sglang_eagle3_ext import server
+    from sglang_eagle3_ext.launch_config import LaunchConfig
+    from sglang_eagle3_ext.runtime.errors import UserError
+
+    cfg = LaunchConfig(model=str(tmp_path), policy=str(tmp_path / "scan.json"), log=str(tmp_path / "s.log"))
+    with pytest.raises(UserError, match="not applied"):
+        server.Server(cfg).start(wait=False)
+    assert not (tmp_path / "s.log").exists()
+    cfg.env["SGLANG_EAGLE3_POLICY"] = str(tmp_path / "scan.json")
+    assert server.Server(cfg).cfg.policy  # applied: no refusal at construction

@@ -128,6 +128,13 @@ def specs_for(groups: list[dict[str, Any]], out: Path, port: int) -> tuple[list[
         for c in spec.configs:
             cfg = sweep.launch_config(spec, c, out / g["name"] / "configs" / c.slug)
             cfg = server.override(cfg, port=port)
+            if cfg.policy:  # what flags.validate does for --policy (Server refuses it otherwise)
+                from sglang_eagle3_ext import flags
+                from sglang_eagle3_ext.policy_launch import apply_policy
+                from sglang_eagle3_ext.runtime.sglang_env import locate
+
+                for note in apply_policy(cfg, locate(None), flags.extra_flags(list(cfg.extra_args))):
+                    C.log(note)
             if REHEARSE:
                 cfg = server.override(cfg, server_module="standin_openai",
                                       extra_args=[*cfg.extra_args, "--interval-ms", "2", "--spec", "metrics"],
