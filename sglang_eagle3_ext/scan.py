@@ -408,8 +408,10 @@ def estimate_memory(model: str | None, draft: str | None, candidates: list[int],
     Per state with s steps (topk 1: s + 1 verify tokens per request), at the largest captured
     batch size B: verify graph activations ~ B (s+1) x (4 hidden + 2 intermediate) bf16 + B (s+1)
     x vocab fp32 logits; draft + extend graphs ~ B (s+1) x 4 draft-hidden bf16 + B x draft-vocab
-    fp32 x s. Assumes no memory shared between states' graph pools (an upper estimate) and leaves
-    out attention metadata (small).
+    fp32 x s. Activations only: it leaves out what SGLang's graph pools keep besides them
+    (workspaces, attention metadata, pool granularity), so it is a floor, not a forecast: on the
+    H200 the MoE shape at batch 8 measured 0.23-1.02 GiB per state against 0.01-0.04 estimated
+    (docs/gpu-results.md, round 5). The measured line is the figure to trust.
     """
     t, d = _cfg_json(model), _cfg_json(draft)
     b_cap = _extra_int(extra, "--cuda-graph-max-bs-decode", "--cuda-graph-max-bs")
@@ -434,8 +436,8 @@ def estimate_memory(model: str | None, draft: str | None, candidates: list[int],
                       f"batch size B = {b}" + (" (assumed: SGLang picks its default from GPU memory; pass "
                                                "-- --cuda-graph-max-bs-decode N to fix it)" if assumed_b else
                                                " (from the launch args)")
-                      + ", from hidden/intermediate/vocab sizes of the configs; no pool sharing between states "
-                        "(upper estimate); the measured twin is read from the server log ('Capture ... end ... mem "
+                      + ", from hidden/intermediate/vocab sizes of the configs; activations only, a floor (the "
+                        "graph pools measured 10-25x more on the H200 MoE shape); the measured twin is read from the server log ('Capture ... end ... mem "
                         "usage' and 'Built adaptive runtime state ... mem=' lines), printed with the results")}
 
 
