@@ -174,10 +174,9 @@ def transition(sv: server.Server, path: Path) -> None:
 SCAN_R4 = C.REPO / "docs" / "data" / "h200-2026-12-01-r4" / "scan-8b" / "scan"
 
 
-def plan_adapt_8b(out: Path) -> dict[str, server.Server]:
-    """Run-time step choosers on one machine: our policy on the scan's table, SGLang's EMA with its
-    default tiers and with the tiers the scan wrote, and static 5 / 3 steps; each benched at steady
-    loads 1 / 8 / 32 / 64 and on a transition workload, one server after the other."""
+def adapt_groups(out: Path, last_static: int) -> tuple[list[sweep.SweepSpec], list[Any]]:
+    """The 8B P 0.8 contenders: policy on the round-4 scan's table, SGLang's EMA with its default
+    tiers and with the scan's tiers, static 5 and ``last_static`` steps."""
     build({"8b": P08}, out)
     scan_json = out / "scan.json"
     shutil.copy(SCAN_R4 / "scan.json", scan_json)
@@ -189,8 +188,15 @@ def plan_adapt_8b(out: Path) -> dict[str, server.Server]:
               C.group("ema-default", "8b", "draft", [7], conc, extra=["--speculative-adaptive"]),
               C.group("static5", "8b", "draft", [5], conc),
               C.group("ema-scan", "8b", "draft", [5], conc, adaptive=str(out / "adaptive-scan.json")),
-              C.group("static3", "8b", "draft", [3], conc)]
-    specs, cfgs = specs_for(groups, out, 31000)
+              C.group(f"static{last_static}", "8b", "draft", [last_static], conc)]
+    return specs_for(groups, out, 31000)
+
+
+def plan_adapt_8b(out: Path) -> dict[str, server.Server]:
+    """Run-time step choosers on one machine: our policy on the scan's table, SGLang's EMA with its
+    default tiers and with the tiers the scan wrote, and static 5 / 3 steps; each benched at steady
+    loads 1 / 8 / 32 / 64 and on a transition workload, one server after the other."""
+    specs, cfgs = adapt_groups(out, 3)
     started = C.start_all(cfgs, stagger=0 if REHEARSE else 90)
     for spec in specs:
         bench_groups([spec], started, out)
@@ -291,19 +297,7 @@ def plan_adapt2_8b(out: Path) -> dict[str, server.Server]:
     the same transition (1 -> 32 -> 8 -> 64), server order reversed each round against drift."""
     for old in ("tree", "regions", "moe"):
         shutil.rmtree(C.WORK / old, ignore_errors=True)
-    build({"8b": P08}, out)
-    scan_json = out / "scan.json"
-    shutil.copy(SCAN_R4 / "scan.json", scan_json)
-    shutil.copy(SCAN_R4 / "adaptive.json", out / "adaptive-scan.json")
-    conc = [1, 8, 32, 64]
-    pol = C.group("policy", "8b", "draft", [5], conc)
-    pol["launch"]["policy"] = str(scan_json)
-    groups = [pol,
-              C.group("ema-default", "8b", "draft", [7], conc, extra=["--speculative-adaptive"]),
-              C.group("static5", "8b", "draft", [5], conc),
-              C.group("ema-scan", "8b", "draft", [5], conc, adaptive=str(out / "adaptive-scan.json")),
-              C.group("static4", "8b", "draft", [4], conc)]
-    specs, cfgs = specs_for(groups, out, 31000)
+    specs, cfgs = adapt_groups(out, 4)
     started = C.start_all(cfgs, stagger=0 if REHEARSE else 8)
     checkpoint()
     names = [(spec.name, started.get(f"{spec.name}-{spec.configs[0].slug}")) for spec in specs]
