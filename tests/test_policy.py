@@ -557,5 +557,12 @@ def test_server_refuses_a_policy_that_was_not_applied(tmp_path):
     with pytest.raises(UserError, match="not applied"):
         server.Server(cfg).start(wait=False)
     assert not (tmp_path / "s.log").exists()
-    cfg.env["SGLANG_EAGLE3_POLICY"] = str(tmp_path / "scan.json")
-    assert server.Server(cfg).cfg.policy  # applied: no refusal at construction
+    # applied (what flags.validate sets): start gets past this check, to the port check
+    import socket
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        cfg.env["SGLANG_EAGLE3_POLICY"] = str(tmp_path / "scan.json")
+        cfg.host, cfg.port = "127.0.0.1", busy.getsockname()[1]
+        with pytest.raises(UserError, match="already in use"):
+            server.Server(cfg).start(wait=False)
