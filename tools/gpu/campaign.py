@@ -171,6 +171,38 @@ class Prestarted:
         return self.srv.tail()
 
 
+def configs_for(groups: list[dict[str, Any]], out: Path, port: int, *,
+                rehearse: bool = False) -> tuple[list[sweep.SweepSpec], list[server.LaunchConfig]]:
+    """One sweep YAML per group (written under OUT/<group>), its launch configs on consecutive
+    ports. ``policy:`` is applied here as flags.validate applies it for `launch` (the servers
+    start without validate, and Server refuses a policy left unapplied); ``rehearse``: the CPU
+    stand-in server instead of SGLang."""
+    specs, cfgs = [], []
+    for g in groups:
+        (out / g["name"]).mkdir(parents=True, exist_ok=True)
+        path = out / g["name"] / "sweep.yaml"
+        path.write_text(yaml.safe_dump(g, sort_keys=False))
+        spec = sweep.load_spec(path)
+        specs.append(spec)
+        for c in spec.configs:
+            cfg = sweep.launch_config(spec, c, out / g["name"] / "configs" / c.slug)
+            cfg = server.override(cfg, port=port)
+            if cfg.policy:
+                from sglang_eagle3_ext import flags
+                from sglang_eagle3_ext.policy_launch import apply_policy
+                from sglang_eagle3_ext.runtime.sglang_env import locate
+
+                for note in apply_policy(cfg, locate(None), flags.extra_flags(list(cfg.extra_args))):
+                    log(note)
+            if rehearse:
+                cfg = server.override(cfg, server_module="standin_openai",
+                                      extra_args=[*cfg.extra_args, "--interval-ms", "2", "--spec", "metrics"],
+                                      env={**cfg.env, "PYTHONPATH": str(REPO / "tests")})
+            cfgs.append(cfg)
+            port += 1
+    return specs, cfgs
+
+
 def start_all(cfgs: list[server.LaunchConfig], stagger: float = 120) -> dict[str, server.Server]:
     """The first alone (it warms the JIT kernel cache), then each next one as soon as the previous
     has sized its KV pool (SGLang budgets it from the free memory measured before loading)."""
@@ -289,23 +321,7 @@ def main() -> int:
     specs: list[sweep.SweepSpec] = []
     try:
         build(plan["build"], out)
-        cfgs = []
-        port = 31000
-        for g in plan["groups"]:
-            (out / g["name"]).mkdir(exist_ok=True)
-            path = out / g["name"] / "sweep.yaml"
-            path.write_text(yaml.safe_dump(g, sort_keys=False))
-            spec = sweep.load_spec(path)
-            specs.append(spec)
-            for c in spec.configs:
-                cfg = sweep.launch_config(spec, c, out / g["name"] / "configs" / c.slug)
-                cfg = server.override(cfg, port=port)
-                if a.rehearse:
-                    cfg = server.override(cfg, server_module="standin_openai",
-                                          extra_args=[*cfg.extra_args, "--interval-ms", "2", "--spec", "metrics"],
-                                          env={**cfg.env, "PYTHONPATH": str(REPO / "tests")})
-                cfgs.append(cfg)
-                port += 1
+        specs, cfgs = configs_for(plan["groups"], out, 31000, rehearse=a.rehearse)
         started = start_all(cfgs, stagger=0 if a.rehearse else a.stagger)
         for spec in specs:
             if time.monotonic() - T0 > a.deadline:

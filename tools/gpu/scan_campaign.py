@@ -33,7 +33,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import campaign as C  # noqa: E402
-import yaml  # noqa: E402
 
 from sglang_eagle3_ext import server, sweep  # noqa: E402
 
@@ -118,30 +117,7 @@ def scan_env() -> dict[str, str]:
 
 
 def specs_for(groups: list[dict[str, Any]], out: Path, port: int) -> tuple[list[sweep.SweepSpec], list[Any]]:
-    specs, cfgs = [], []
-    for g in groups:
-        (out / g["name"]).mkdir(parents=True, exist_ok=True)
-        path = out / g["name"] / "sweep.yaml"
-        path.write_text(yaml.safe_dump(g, sort_keys=False))
-        spec = sweep.load_spec(path)
-        specs.append(spec)
-        for c in spec.configs:
-            cfg = sweep.launch_config(spec, c, out / g["name"] / "configs" / c.slug)
-            cfg = server.override(cfg, port=port)
-            if cfg.policy:  # what flags.validate does for --policy (Server refuses it otherwise)
-                from sglang_eagle3_ext import flags
-                from sglang_eagle3_ext.policy_launch import apply_policy
-                from sglang_eagle3_ext.runtime.sglang_env import locate
-
-                for note in apply_policy(cfg, locate(None), flags.extra_flags(list(cfg.extra_args))):
-                    C.log(note)
-            if REHEARSE:
-                cfg = server.override(cfg, server_module="standin_openai",
-                                      extra_args=[*cfg.extra_args, "--interval-ms", "2", "--spec", "metrics"],
-                                      env={**cfg.env, "PYTHONPATH": str(C.REPO / "tests")})
-            cfgs.append(cfg)
-            port += 1
-    return specs, cfgs
+    return C.configs_for(groups, out, port, rehearse=REHEARSE)
 
 
 def bench_groups(specs: list[sweep.SweepSpec], started: dict[str, server.Server], out: Path) -> None:
