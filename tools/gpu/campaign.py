@@ -128,9 +128,9 @@ TREE_CONFIGS = [(3, 1, 4), (5, 1, 6), (3, 2, 7), (3, 4, 13), (5, 4, 21), (5, 8, 
 
 
 def tree_group(name: str, models: str, draft: str, configs: list[tuple[int, int, int]],
-               conc: list[int]) -> dict[str, Any]:
+               conc: list[int], env: dict[str, str] | None = None) -> dict[str, Any]:
     """A group whose servers are (steps, topk, draft tokens) trees (sweep matrix.trees)."""
-    g = group(name, models, draft, [], conc)
+    g = group(name, models, draft, [], conc, env=env)
     g["matrix"] = {"trees": [list(c) for c in configs]}
     g["baseline"] = False
     return g
@@ -277,6 +277,70 @@ def toggle_ab(sv: server.Server, rounds: int, out: Path, deadline: float) -> Non
     if state == "off":
         for pid in pids:
             os.kill(pid, signal.SIGUSR2)
+
+
+def _flush_probes(pids: list[int]) -> None:
+    """Pause then resume the probes (EAGLE3_PROFILE_TOGGLE=SIGUSR2): the resume writes the partial
+    window, so every verify so far is in the records. Only while the server is idle."""
+    for _ in range(2):
+        for pid in pids:
+            os.kill(pid, signal.SIGUSR2)
+        time.sleep(0.5)
+
+
+def counter_check(sv: server.Server, path: Path, conc: int = 8, max_tokens: int = 2048) -> None:
+    """Probes vs SGLang's counters over the same requests (issue 24): flush the probes and read
+    /metrics, run one bench, flush and read again; the records written in between hold exactly
+    the bench's verifies (plus none: the server was idle). SGLang counts per finished request
+    (0.5.23 metrics_collector.observe_one_finished_request): completion tokens (the prefill's
+    first token included, cut at max_tokens) over verifies of unfinished requests; the probes
+    count every accepted token of every verify row. Long requests make the per-request end
+    effects (1 prefill token, the tokens accepted past max_tokens) small; the prefill token is
+    also taken out exactly (one per request). OUT: ``path`` (JSON)."""
+    try:
+        _counter_check(sv, path, conc, max_tokens)
+    except Exception as exc:  # noqa: BLE001 - a failed check never costs the rest of the call
+        log(f"counter check {sv.cfg.name}: {type(exc).__name__}: {exc}")
+
+
+def _counter_check(sv: server.Server, path: Path, conc: int, max_tokens: int) -> None:
+    from sglang_eagle3_ext import bench
+    from sglang_eagle3_ext.runtime.probes import tree as ptree
+    from sglang_eagle3_ext.tiers import read_records
+
+    pids = server.scheduler_pids(sv.pgid)
+    rec_path = Path(server.build_command(sv.cfg)[1]["EAGLE3_PROFILE_OUT"])
+    if not pids:
+        log(f"counter check {sv.cfg.name}: no sglang::scheduler process; skipped")
+        return
+
+    def counters() -> dict[str, float]:
+        with urllib.request.urlopen(sv.url + "/metrics", timeout=10) as r:
+            return bench.parse_counters(r.read().decode())
+
+    _flush_probes(pids)
+    n0, c0 = len(read_records(rec_path)), counters()
+    run(CLI + ["bench", "--url", sv.url, "--concurrency", str(conc), "--runs", "1", "--warmup", "0",
+               "--max-tokens", str(max_tokens), "--ignore-eos", "--out", str(path.with_suffix(".bench.json"))],
+        path.with_suffix(".txt"), timeout=120)
+    time.sleep(0.5)
+    _flush_probes(pids)
+    recs, c1 = read_records(rec_path)[n0:], counters()
+    gen = c1.get(bench._COUNTER_GEN, 0) - c0.get(bench._COUNTER_GEN, 0)
+    ver = c1.get(bench._COUNTER_VERIFY, 0) - c0.get(bench._COUNTER_VERIFY, 0)
+    tok = sum(r.get("tokens", 0) or 0 for r in recs)
+    pver = sum(r.get("verifies", 0) or r.get("requests", 0) or 0 for r in recs)
+    tr = ptree.merge([r.get("tree") for r in recs if r.get("tree")])
+    doc = {"server": sv.cfg.name, "streams": conc, "max_tokens": max_tokens, "requests": conc,
+           "sglang": {"generation_tokens": gen, "verify_calls": ver, "accept_len": gen / ver if ver else None,
+                      "accept_len_less_prefill_token": (gen - conc) / ver if ver else None},
+           "probes": {"windows": len(recs), "tokens": tok, "verifies": pver,
+                      "accept_len": tok / pver if pver else None,
+                      "tree_accept_len": (tr or {}).get("accept_len"), "tree_cycles": (tr or {}).get("cycles")}}
+    path.write_text(json.dumps(doc, indent=1))
+    a, b = doc["probes"]["accept_len"], doc["sglang"]["accept_len"]
+    log(f"counter check {sv.cfg.name}: probes {a} over {pver} verifies, SGLang {b} over {ver:.0f}"
+        + (f" ({100 * (a / b - 1):+.2f} %)" if a and b else ""))
 
 
 def main() -> int:

@@ -150,19 +150,21 @@ def transition(sv: server.Server, path: Path) -> None:
 SCAN_R4 = C.REPO / "docs" / "data" / "h200-2026-12-01-r4" / "scan-8b" / "scan"
 
 
-def adapt_groups(out: Path, last_static: int) -> tuple[list[sweep.SweepSpec], list[Any]]:
+def adapt_groups(out: Path, last_static: int, env: dict[str, str] | None = None
+                 ) -> tuple[list[sweep.SweepSpec], list[Any]]:
     """The 8B P 0.8 contenders: policy on the round-4 scan's table, SGLang's EMA with its default
-    tiers and with the scan's tiers, static 5 and ``last_static`` steps."""
+    tiers and with the scan's tiers, static 5 and ``last_static`` steps (``env``: the policy's and
+    static 5's, e.g. the probe toggle a counter check needs)."""
     build({"8b": P08}, out)
     scan_json = out / "scan.json"
     shutil.copy(SCAN_R4 / "scan.json", scan_json)
     shutil.copy(SCAN_R4 / "adaptive.json", out / "adaptive-scan.json")
     conc = [1, 8, 32, 64]
-    pol = C.group("policy", "8b", "draft", [5], conc)
+    pol = C.group("policy", "8b", "draft", [5], conc, env=env)
     pol["launch"]["policy"] = str(scan_json)
     groups = [pol,
               C.group("ema-default", "8b", "draft", [7], conc, extra=["--speculative-adaptive"]),
-              C.group("static5", "8b", "draft", [5], conc),
+              C.group("static5", "8b", "draft", [5], conc, env=env),
               C.group("ema-scan", "8b", "draft", [5], conc, adaptive=str(out / "adaptive-scan.json")),
               C.group(f"static{last_static}", "8b", "draft", [last_static], conc)]
     return specs_for(groups, out, 31000)
@@ -277,14 +279,7 @@ def plan_adapt2_8b(out: Path) -> dict[str, server.Server]:
     started = C.start_all(cfgs, stagger=0 if REHEARSE else 8)
     checkpoint()
     names = [(spec.name, started.get(f"{spec.name}-{spec.configs[0].slug}")) for spec in specs]
-    for rnd in range(3):
-        for name, sv in (names if rnd % 2 == 0 else names[::-1]):
-            if time.monotonic() - C.T0 > DEADLINE[0]:
-                C.log(f"deadline: round {rnd} {name} not run")
-                continue
-            if sv is not None and sv.is_running():
-                transition(sv, out / name / f"transition-r{rnd}.json")
-                checkpoint()
+    rounds(names, 3, lambda name, sv, rnd: transition(sv, out / name / f"transition-r{rnd}.json"), DEADLINE[0])
     for name, sv in names:
         if sv is not None and sv.is_running():
             C.scrape(sv, out / name / "metrics.txt")
@@ -292,6 +287,103 @@ def plan_adapt2_8b(out: Path) -> dict[str, server.Server]:
 
 
 DEADLINE = [480.0]  # no new transition after this (s)
+TOGGLE = {"EAGLE3_PROFILE_TOGGLE": "SIGUSR2"}  # the probes' flush for counter_check
+
+
+def rounds(names: list[tuple[str, server.Server | None]], n: int, bench: Any, deadline: float) -> None:
+    """``n`` rounds of ``bench(name, server, round)`` over the servers, the order reversed each
+    round against drift; none started after ``deadline`` s."""
+    for rnd in range(n):
+        for name, sv in (names if rnd % 2 == 0 else names[::-1]):
+            if time.monotonic() - C.T0 > deadline:
+                C.log(f"deadline: round {rnd} {name} not run")
+                continue
+            if sv is not None and sv.is_running():
+                bench(name, sv, rnd)
+                checkpoint()
+
+
+def plan_adapt3_8b(out: Path) -> dict[str, server.Server]:
+    """adapt2-8b with the policy applied (round 5's ran static 5): the same five servers and
+    transition rounds, then probes vs SGLang's counters on the policy and static 5 servers."""
+    for old in ("tree", "regions", "moe"):
+        shutil.rmtree(C.WORK / old, ignore_errors=True)
+    specs, cfgs = adapt_groups(out, 4, env=TOGGLE)
+    started = C.start_all(cfgs, stagger=0 if REHEARSE else 8)
+    checkpoint()
+    names = [(spec.name, started.get(f"{spec.name}-{spec.configs[0].slug}")) for spec in specs]
+    rounds(names, 4, lambda name, sv, rnd: transition(sv, out / name / f"transition-r{rnd}.json"), 465)
+    for name, sv in names:
+        if sv is not None and sv.is_running():
+            if name in ("policy", "static5"):
+                C.counter_check(sv, out / name / "counter-check.json")
+            C.scrape(sv, out / name / "metrics.txt")
+    checkpoint()
+    return started
+
+
+SCAN_MOE_R5 = C.REPO / "docs" / "data" / "h200-2026-12-02-r5" / "moe2" / "scan-moe"
+
+
+def plan_moe3(out: Path) -> dict[str, server.Server]:
+    """Issue 25 on the MoE shape, on round 5's MoE scan (steps 0..4 at 1 / 8 streams: 3 best at
+    both): our policy and static 3 steps, then SGLang's EMA with its default tiers and with the
+    scan's tiers (two MoE servers fit at once), each pair on 1 -> 8 streams, three rounds."""
+    for old in ("8b", "tree", "regions"):
+        shutil.rmtree(C.WORK / old, ignore_errors=True)
+    build({"moe": MOE}, out)
+    shutil.copy(SCAN_MOE_R5 / "scan.json", out / "scan-moe.json")
+    shutil.copy(SCAN_MOE_R5 / "adaptive.json", out / "adaptive-scan-moe.json")
+    pol = C.group("policy", "moe", "draft", [4], [1, 8])
+    pol["launch"]["policy"] = str(out / "scan-moe.json")
+    pairs = [[pol, C.group("static3", "moe", "draft", [3], [1, 8])],
+             [C.group("ema-default", "moe", "draft", [7], [1, 8], extra=["--speculative-adaptive"]),
+              C.group("ema-scan", "moe", "draft", [4], [1, 8], adaptive=str(out / "adaptive-scan-moe.json"))]]
+    started: dict[str, server.Server] = {}
+
+    def ladder(name: str, sv: server.Server, rnd: int) -> None:
+        C.run([*C.CLI, "bench", "--url", sv.url, "--concurrency", "1,8", "--runs", "3", "--warmup", "1",
+               "--max-tokens", "256", "--ignore-eos", "--label", f"{name} moe",
+               "--out", str(out / name / f"transition-r{rnd}.json")], out / name / f"transition-r{rnd}.txt",
+              timeout=120)
+
+    for i, groups in enumerate(pairs):
+        specs, cfgs = specs_for(groups, out, 31000 + 10 * i)
+        now = C.start_all(cfgs, stagger=0 if REHEARSE else 8)
+        started.update(now)
+        checkpoint()
+        names = [(spec.name, now.get(f"{spec.name}-{spec.configs[0].slug}")) for spec in specs]
+        rounds(names, 3, ladder, 500 if i else 340)
+        for name, sv in names:
+            if sv is not None and sv.is_running():
+                C.scrape(sv, out / name / "metrics.txt")
+        checkpoint()
+        for sv in now.values():
+            sv.stop(grace=3)
+    return started
+
+
+def plan_trees3(out: Path) -> dict[str, server.Server]:
+    """Issue 24's leftovers: the second budgets of topk 2 and 8 (5 x 2 x 11, 3 x 8 x 25), the
+    chain servers at 3 and 5 steps beside 5 x 4 x 21 (tree-derived chains), benched at 1 / 8 / 32;
+    then probes vs SGLang's counters over the same requests on every server (counter_check)."""
+    for old in ("8b", "moe", "regions"):
+        shutil.rmtree(C.WORK / old, ignore_errors=True)
+    build({"tree": C.TREE}, out)
+    trees = C.tree_group("trees", "tree", "draft", [(5, 1, 6), (3, 1, 4), (5, 4, 21), (5, 2, 11), (3, 8, 25)],
+                         [1, 8, 32], env=TOGGLE)
+    set_arg(set_arg(trees, "--max-total-tokens", "16384"), "--mem-fraction-static", "0.9")
+    specs, cfgs = specs_for([trees], out, 31000)
+    started = C.start_all(cfgs, stagger=0 if REHEARSE else 8)
+    checkpoint()
+    bench_groups(specs, started, out)
+    checkpoint()
+    for c in specs[0].configs:
+        sv = started.get(f"trees-{c.slug}")
+        if sv is not None and sv.is_running():
+            C.counter_check(sv, out / "trees" / "configs" / c.slug / "counter-check.json", conc=4, max_tokens=3072)
+            checkpoint()
+    return started
 
 
 def plan_moe2(out: Path) -> dict[str, server.Server]:
@@ -326,7 +418,8 @@ def plan_moe2(out: Path) -> dict[str, server.Server]:
 
 
 PLANS = {"scan-8b": plan_scan_8b, "adapt-8b": plan_adapt_8b, "final": plan_final,
-         "trees2": plan_trees2, "adapt2-8b": plan_adapt2_8b, "moe2": plan_moe2}
+         "trees2": plan_trees2, "adapt2-8b": plan_adapt2_8b, "moe2": plan_moe2,
+         "adapt3-8b": plan_adapt3_8b, "moe3": plan_moe3, "trees3": plan_trees3}
 
 
 def main() -> int:
