@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The device call copies the working tree (tracked files included) plus `carry`, 64 MiB in all;
+# the SGLang bundle (.gpu, ~46 MB) and the older rounds' raw data no longer fit together. Move the
+# raw data the GPU plans do not read out of the checkout before a call, and back after it:
+#   tools/gpu/slim.sh out    # before `run`
+#   tools/gpu/slim.sh in     # after it (git status is clean again)
+# The plans read docs/data/h200-2026-12-01-r4/scan-8b/scan (adapt*-8b) and
+# docs/data/h200-2026-12-02-r5/moe2/scan-moe (moe3): those stay.
+set -euo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+HOLD="${SLIM_HOLD:-$HOME/.cache/sglang-eagle3-ext/slim}"
+MOVE=(docs/data/h200-2026-11-29 docs/data/h200-2026-12-01 docs/data/h200-2026-12-02-r5/adapt2-8b
+      docs/data/h200-2026-12-02-r5/trees2 docs/data/h200-2026-12-02-r6)
+case "${1:-}" in
+  out)
+    for d in "${MOVE[@]}"; do
+      [ -e "$REPO/$d" ] || continue
+      [ -e "$HOLD/$d" ] && { echo "slim: $HOLD/$d already exists (run 'in' first)" >&2; exit 1; }
+      mkdir -p "$(dirname "$HOLD/$d")" && mv "$REPO/$d" "$HOLD/$d"
+    done
+    echo "slim: tracked files now $(cd "$REPO" && git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1) bytes" ;;
+  in)
+    for d in "${MOVE[@]}"; do
+      [ -e "$HOLD/$d" ] || continue
+      [ -e "$REPO/$d" ] && { echo "slim: $REPO/$d exists; not overwritten" >&2; exit 1; }
+      mv "$HOLD/$d" "$REPO/$d"
+    done
+    echo "slim: restored" ;;
+  *) echo "usage: tools/gpu/slim.sh out|in" >&2; exit 2 ;;
+esac
