@@ -106,7 +106,23 @@ def apply_policy(cfg: LaunchConfig, env: SGLangEnv, extra: dict[str, str | bool]
     if dropped:
         notes.append(f"policy: step 0 left out: SGLang {env.version}'s adaptive loader wants positive steps")
     notes += _mismatch_notes(scan, cfg, env)
+    notes += _reach_notes(table, cands)
     return notes
+
+
+def _reach_notes(table: policy.ScanTable, cands: list[int]) -> list[str]:
+    """The policy never runs a step count the scan did not measure: where the table's best is
+    its largest candidate, a larger one may be faster still (say so; the H200 8B table is like
+    that at every batch size, docs/adaptive.md)."""
+    top = max(cands)
+    sizes = sorted({b for s in cands for b, _ in table.points.get(s, [])})
+    edge = [b for b in sizes if max(cands, key=lambda s: table.table_rate(s, b) or 0.0) == top]
+    if not edge:
+        return []
+    where = "every batch size it measured" if edge == sizes else "batch size " + ", ".join(map(str, edge))
+    return [f"policy: at {where} the scan's fastest step count is its largest ({top}); the policy only "
+            f"chooses among measured step counts, so a larger one may be faster still: scan "
+            f"--steps 0-{top + 2} to let it choose them (SGLang's default tiers go up to 7)"]
 
 
 def _mismatch_notes(scan: Path, cfg: LaunchConfig, env: SGLangEnv) -> list[str]:

@@ -327,6 +327,16 @@ def test_launch_policy_argv_env_and_config(version, cands, models, capsys):
     assert ("step 0 left out" in cap.err) == (version == "0.5.13")
     # the committed scan measured 0.5.16 with another target: said, not refused
     assert ("the scan measured SGLang 0.5.16" in cap.err) == (version != "0.5.16")
+    # 5 steps is the table's fastest at every batch size and its largest: a larger count may win
+    assert "at every batch size it measured the scan's fastest step count is its largest (5)" in cap.err
+
+
+def test_launch_policy_reach_note_only_at_the_edge(models, capsys):
+    """The H200 MoE scan (steps 0..4, 3 fastest at 1 and 8 streams): nothing to say."""
+    moe = Path(__file__).resolve().parents[1] / "docs/data/h200-2026-12-02-r5/moe2/scan-moe/scan.json"
+    assert _launch(models, "0.5.23", scan=str(moe)) == 0
+    err = capsys.readouterr().err
+    assert "policy: " in err and "fastest step count is its largest" not in err
 
 
 @pytest.mark.parametrize("version,more,needle", [
