@@ -342,10 +342,7 @@ def plan_moe3(out: Path) -> dict[str, server.Server]:
     started: dict[str, server.Server] = {}
 
     def ladder(name: str, sv: server.Server, rnd: int) -> None:
-        C.run([*C.CLI, "bench", "--url", sv.url, "--concurrency", "1,8", "--runs", "3", "--warmup", "1",
-               "--max-tokens", "256", "--ignore-eos", "--label", f"{name} moe",
-               "--out", str(out / name / f"transition-r{rnd}.json")], out / name / f"transition-r{rnd}.txt",
-              timeout=120)
+        moe_ladder(out, name, sv, rnd)
 
     for i, groups in enumerate(pairs):
         specs, cfgs = specs_for(groups, out, 31000 + 10 * i)
@@ -404,17 +401,22 @@ def plan_moe2(out: Path) -> dict[str, server.Server]:
     specs, cfgs = specs_for(groups, out, 31000)
     started = C.start_all(cfgs, stagger=0 if REHEARSE else 8)
     checkpoint()
-    for rnd in range(2):
-        for spec in (specs if rnd == 0 else specs[::-1]):
-            sv = started.get(f"{spec.name}-{spec.configs[0].slug}")
-            if sv is not None and sv.is_running():
-                C.run([*C.CLI, "bench", "--url", sv.url, "--concurrency", "1,8", "--runs", "3",
-                       "--warmup", "1", "--max-tokens", "256", "--ignore-eos", "--label", f"{spec.name} moe",
-                       "--out", str(out / spec.name / f"transition-r{rnd}.json")],
-                      out / spec.name / f"transition-r{rnd}.txt", timeout=120)
-                C.scrape(sv, out / spec.name / "metrics.txt")
-                checkpoint()
+    names = [(spec.name, started.get(f"{spec.name}-{spec.configs[0].slug}")) for spec in specs]
+
+    def ladder(name: str, sv: server.Server, rnd: int) -> None:
+        moe_ladder(out, name, sv, rnd)
+        C.scrape(sv, out / name / "metrics.txt")
+
+    rounds(names, 2, ladder, float("inf"))
     return started
+
+
+def moe_ladder(out: Path, name: str, sv: server.Server, rnd: int) -> None:
+    """The MoE plans' workload: 1 -> 8 streams, 3 runs a level, 256 tokens."""
+    C.run([*C.CLI, "bench", "--url", sv.url, "--concurrency", "1,8", "--runs", "3", "--warmup", "1",
+           "--max-tokens", "256", "--ignore-eos", "--label", f"{name} moe",
+           "--out", str(out / name / f"transition-r{rnd}.json")], out / name / f"transition-r{rnd}.txt",
+          timeout=120)
 
 
 PLANS = {"scan-8b": plan_scan_8b, "adapt-8b": plan_adapt_8b, "final": plan_final,
