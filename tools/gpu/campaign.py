@@ -290,8 +290,8 @@ def _flush_probes(pids: list[int]) -> None:
 
 def counter_check(sv: server.Server, path: Path, conc: int = 8, max_tokens: int = 2048) -> None:
     """Probes vs SGLang's counters over the same requests (issue 24): flush the probes and read
-    /metrics, run one bench, flush and read again; the records written in between hold exactly
-    the bench's verifies (plus none: the server was idle). SGLang counts per finished request
+    /metrics, run one bench, flush and read again; the server is idle before and after, so the
+    records written in between hold exactly the bench's verifies. SGLang counts per finished request
     (0.5.23 metrics_collector.observe_one_finished_request): completion tokens (the prefill's
     first token included, cut at max_tokens) over verifies of unfinished requests; the probes
     count every accepted token of every verify row. Long requests make the per-request end
@@ -329,7 +329,7 @@ def _counter_check(sv: server.Server, path: Path, conc: int, max_tokens: int) ->
     gen = c1.get(bench._COUNTER_GEN, 0) - c0.get(bench._COUNTER_GEN, 0)
     ver = c1.get(bench._COUNTER_VERIFY, 0) - c0.get(bench._COUNTER_VERIFY, 0)
     tok = sum(r.get("tokens", 0) or 0 for r in recs)
-    pver = sum(r.get("verifies", 0) or r.get("requests", 0) or 0 for r in recs)
+    pver = sum(r.get("requests", 0) or 0 for r in recs)  # request-verifies (probes/window.py)
     tr = ptree.merge([r.get("tree") for r in recs if r.get("tree")])
     doc = {"server": sv.cfg.name, "streams": conc, "max_tokens": max_tokens, "requests": conc,
            "sglang": {"generation_tokens": gen, "verify_calls": ver, "accept_len": gen / ver if ver else None,
