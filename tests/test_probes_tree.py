@@ -225,6 +225,20 @@ def test_chain_replay_brackets_the_chain_on_the_same_tokens(maps):
     assert st.record()["chain_replay"]["3"]["tokens"] == n
 
 
+def test_merge_replay_weighs_windows_by_their_tokens():
+    """Windows merge as tokens over verifies: two windows of 10 and 30 tokens at 2.0 and 3.0
+    give 40 / (5 + 10) = 2.667 (not the plain mean 2.5); step counts a window lacks are skipped,
+    and windows without a replay (multi-stream) add nothing."""
+    w1 = {"3": {"tokens": 10, "accept_len_est": 2.0, "accept_len_lower": 2.0, "unknown": 0}}
+    w2 = {"3": {"tokens": 30, "accept_len_est": 3.0, "accept_len_lower": 2.5, "unknown": 4},
+          "5": {"tokens": 30, "accept_len_est": 3.5, "accept_len_lower": 3.0, "unknown": 2}}
+    m = ptree.merge_replay([w1, None, w2, {}])
+    assert m["3"] == {"accept_len_est": 2.6667, "accept_len_lower": 2.3529, "unknown": 4, "tokens": 40,
+                      "windows": 2}
+    assert m["5"]["accept_len_est"] == 3.5 and m["5"]["windows"] == 1
+    assert ptree.merge_replay([None, {}]) == {}
+
+
 @pytest.mark.parametrize("version,want", [("0.5.13", False), ("0.5.16", True), ("0.5.19", True),
                                           ("0.5.23", True)])
 def test_hook_targets_are_the_callers_from_imported_names(version, want):

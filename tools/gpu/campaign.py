@@ -203,14 +203,16 @@ def configs_for(groups: list[dict[str, Any]], out: Path, port: int, *,
     return specs, cfgs
 
 
-def start_all(cfgs: list[server.LaunchConfig], stagger: float = 120) -> dict[str, server.Server]:
-    """The first alone (it warms the JIT kernel cache), then each next one as soon as the previous
-    has sized its KV pool (SGLang budgets it from the free memory measured before loading)."""
+def start_all(cfgs: list[server.LaunchConfig], stagger: float = 120, first_alone: bool = True
+              ) -> dict[str, server.Server]:
+    """The first alone (it warms the JIT kernel cache; ``first_alone=False`` where an earlier
+    server of the same shape already did), then each next one as soon as the previous has sized
+    its KV pool (SGLang budgets it from the free memory measured before loading)."""
     started: dict[str, server.Server] = {}
     for i, cfg in enumerate(cfgs):
         t = time.monotonic()
         sv = started[cfg.name] = server.Server(cfg).start(wait=False)
-        if i == 0:
+        if i == 0 and first_alone:
             try:
                 sv.wait_healthy()
                 log(f"{cfg.name} healthy in {time.monotonic() - t:.0f} s (first server)")
@@ -336,7 +338,8 @@ def _counter_check(sv: server.Server, path: Path, conc: int, max_tokens: int) ->
                       "accept_len_less_prefill_token": (gen - conc) / ver if ver else None},
            "probes": {"windows": len(recs), "tokens": tok, "verifies": pver,
                       "accept_len": tok / pver if pver else None,
-                      "tree_accept_len": (tr or {}).get("accept_len"), "tree_cycles": (tr or {}).get("cycles")}}
+                      "tree_accept_len": (tr or {}).get("accept_len"), "tree_cycles": (tr or {}).get("cycles"),
+                      "chain_replay": ptree.merge_replay([(r.get("tree") or {}).get("chain_replay") for r in recs])}}
     path.write_text(json.dumps(doc, indent=1))
     a, b = doc["probes"]["accept_len"], doc["sglang"]["accept_len"]
     log(f"counter check {sv.cfg.name}: probes {a} over {pver} verifies, SGLang {b} over {ver:.0f}"

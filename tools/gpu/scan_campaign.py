@@ -339,6 +339,15 @@ def plan_moe3(out: Path) -> dict[str, server.Server]:
     pairs = [[pol, C.group("static3", "moe", "draft", [3], [1, 8])],
              [C.group("ema-default", "moe", "draft", [7], [1, 8], extra=["--speculative-adaptive"]),
               C.group("ema-scan", "moe", "draft", [4], [1, 8], adaptive=str(out / "adaptive-scan-moe.json"))]]
+    return moe_pairs(out, pairs, [340, 500])
+
+
+def moe_pairs(out: Path, pairs: list[list[dict[str, Any]]], deadlines: list[float], *,
+              first_alone: bool = True, warm_up: bool = False) -> dict[str, server.Server]:
+    """Two 57 GB MoE servers at a time: each pair started together, benched on the MoE ladder in
+    three rounds (order reversed each round; none started after the pair's deadline), scraped and
+    stopped before the next pair. ``first_alone=False`` once the MoE JIT cache is warm (a scan or
+    an earlier call on this machine); ``warm_up``: one untimed short ladder per server first."""
     started: dict[str, server.Server] = {}
 
     def ladder(name: str, sv: server.Server, rnd: int) -> None:
@@ -346,11 +355,15 @@ def plan_moe3(out: Path) -> dict[str, server.Server]:
 
     for i, groups in enumerate(pairs):
         specs, cfgs = specs_for(groups, out, 31000 + 10 * i)
-        now = C.start_all(cfgs, stagger=0 if REHEARSE else 8)
+        now = C.start_all(cfgs, stagger=0 if REHEARSE else 8, first_alone=first_alone)
         started.update(now)
         checkpoint()
         names = [(spec.name, now.get(f"{spec.name}-{spec.configs[0].slug}")) for spec in specs]
-        rounds(names, 3, ladder, 500 if i else 340)
+        if warm_up:
+            for name, sv in names:
+                if sv is not None and sv.is_running():
+                    warm(out, name, sv)
+        rounds(names, 3, ladder, deadlines[i])
         for name, sv in names:
             if sv is not None and sv.is_running():
                 C.scrape(sv, out / name / "metrics.txt")
@@ -358,6 +371,15 @@ def plan_moe3(out: Path) -> dict[str, server.Server]:
         for sv in now.values():
             sv.stop(grace=3)
     return started
+
+
+def warm(out: Path, name: str, sv: server.Server) -> None:
+    """One untimed short ladder: the first use of a prefill shape compiles a kernel (round 6: a
+    1.6 s first TTFT on the first server benched in each MoE pair), here, not in round 0."""
+    (out / name).mkdir(parents=True, exist_ok=True)
+    C.run([*C.CLI, "bench", "--url", sv.url, "--concurrency", "1,8", "--runs", "1", "--warmup", "1",
+           "--max-tokens", "32", "--ignore-eos", "--label", f"{name} warm-up", "--out", str(out / name / "warm.json")],
+          out / name / "warm.txt", timeout=90)
 
 
 def plan_trees3(out: Path) -> dict[str, server.Server]:
@@ -411,6 +433,92 @@ def plan_moe2(out: Path) -> dict[str, server.Server]:
     return started
 
 
+SCAN_MOE_R7 = C.REPO / "docs" / "data" / "h200-2026-12-02-r7" / "moe4" / "scan-moe"
+
+
+def plan_moe4(out: Path) -> dict[str, server.Server]:
+    """Issue 25 where the best step count changes with load: the MoE scan over 3..7 steps at 1 / 8
+    streams (round 6's default tiers ran 7 steps at 1 stream, 5.5 % above a policy limited to 0..4;
+    3 is best at 8), then our policy on it beside static 3 (the best at 8), three ladder rounds."""
+    for old in ("8b", "tree", "regions"):
+        shutil.rmtree(C.WORK / old, ignore_errors=True)
+    build({"moe": MOE}, out)
+    run_cli(scan_cmd("moe", "3-7", "1,8", out / "scan-moe", 31100, bs=8), out / "scan-moe.txt", timeout=360,
+            env=scan_env())
+    checkpoint()
+    scan_json = out / "scan-moe" / "scan.json"
+    if not scan_json.exists():
+        return {}
+    pol = C.group("policy", "moe", "draft", [7], [1, 8])
+    pol["launch"]["policy"] = str(scan_json)
+    return moe_pairs(out, [[pol, C.group("static3", "moe", "draft", [3], [1, 8])]], [530],
+                     first_alone=False, warm_up=True)
+
+
+def plan_moe4b(out: Path) -> dict[str, server.Server]:
+    """moe4's other contenders, on its scan (docs/data/h200-2026-12-02-r7/moe4): the static step
+    count best at 1 stream beside SGLang's EMA with its default tiers, then the EMA with the tiers
+    the scan wrote beside our policy again (its second pair: the drift between pairs)."""
+    for old in ("8b", "tree", "regions"):
+        shutil.rmtree(C.WORK / old, ignore_errors=True)
+    build({"moe": MOE}, out)
+    shutil.copy(SCAN_MOE_R7 / "scan.json", out / "scan-moe.json")
+    shutil.copy(SCAN_MOE_R7 / "adaptive.json", out / "adaptive-scan-moe.json")
+    doc = json.loads((out / "scan-moe.json").read_text())
+    s1 = int(doc["best"]["1"]["steps"])
+    top = max(s for v in doc["adaptive"]["tiers"].values() for s in v)  # 0.5.16 starts at the largest
+    pol = C.group("policy", "moe", "draft", [7], [1, 8])
+    pol["launch"]["policy"] = str(out / "scan-moe.json")
+    pairs = [[C.group(f"static{s1}", "moe", "draft", [s1], [1, 8]),
+              C.group("ema-default", "moe", "draft", [7], [1, 8], extra=["--speculative-adaptive"])],
+             [C.group("ema-scan", "moe", "draft", [top], [1, 8], adaptive=str(out / "adaptive-scan-moe.json")),
+              pol]]
+    return moe_pairs(out, pairs, [230, 470], first_alone=False, warm_up=True)
+
+
+def plan_long(out: Path) -> dict[str, server.Server]:
+    """Issue 24's last miss and issue 25's 8-stream gap, one 8B-shape build after the other.
+    Trees: one 3072-token request at one stream per server (three laps of the 1024-id cycle, not
+    round 6's one 256-token stretch), the probes flushed around it (counter_check): the tree
+    servers' chain replay against the chain servers' SGLang counter over the same tokens. Then the
+    8B P 0.8 policy (round 4's table) beside static 5 on round 6's transition, four rounds."""
+    for old in ("moe", "8b", "regions"):
+        shutil.rmtree(C.WORK / old, ignore_errors=True)
+    build({"tree": C.TREE}, out)
+    trees = C.tree_group("trees", "tree", "draft", [(5, 1, 6), (3, 1, 4), (5, 4, 21), (5, 2, 11)], [1], env=TOGGLE)
+    set_arg(set_arg(trees, "--max-total-tokens", "16384"), "--mem-fraction-static", "0.9")
+    specs, cfgs = specs_for([trees], out, 31000)
+    started = C.start_all(cfgs, stagger=0 if REHEARSE else 8)
+    checkpoint()
+    for c in specs[0].configs:
+        sv = started.get(f"trees-{c.slug}")
+        if sv is not None and sv.is_running():
+            (out / "trees" / c.slug).mkdir(parents=True, exist_ok=True)
+            C.counter_check(sv, out / "trees" / c.slug / "long.json", conc=1, max_tokens=3072)
+            checkpoint()
+    for sv in started.values():
+        sv.stop(grace=3)
+    shutil.rmtree(C.WORK / "tree", ignore_errors=True)
+    build({"8b": P08}, out)
+    shutil.copy(SCAN_R4 / "scan.json", out / "scan.json")
+    pol = C.group("policy", "8b", "draft", [5], [1, 8, 32, 64])
+    pol["launch"]["policy"] = str(out / "scan.json")
+    specs, cfgs = specs_for([C.group("static5", "8b", "draft", [5], [1, 8, 32, 64]), pol], out, 31100)
+    now = C.start_all(cfgs, stagger=0 if REHEARSE else 8, first_alone=False)
+    started.update(now)
+    checkpoint()
+    names = [(spec.name, now.get(f"{spec.name}-{spec.configs[0].slug}")) for spec in specs]
+    for name, sv in names:
+        if sv is not None and sv.is_running():
+            warm(out, name, sv)
+    rounds(names, 4, lambda name, sv, rnd: transition(sv, out / name / f"transition-r{rnd}.json"), 520)
+    for name, sv in names:
+        if sv is not None and sv.is_running():
+            C.scrape(sv, out / name / "metrics.txt")
+    checkpoint()
+    return started
+
+
 def moe_ladder(out: Path, name: str, sv: server.Server, rnd: int) -> None:
     """The MoE plans' workload: 1 -> 8 streams, 3 runs a level, 256 tokens."""
     C.run([*C.CLI, "bench", "--url", sv.url, "--concurrency", "1,8", "--runs", "3", "--warmup", "1",
@@ -421,7 +529,8 @@ def moe_ladder(out: Path, name: str, sv: server.Server, rnd: int) -> None:
 
 PLANS = {"scan-8b": plan_scan_8b, "adapt-8b": plan_adapt_8b, "final": plan_final,
          "trees2": plan_trees2, "adapt2-8b": plan_adapt2_8b, "moe2": plan_moe2,
-         "adapt3-8b": plan_adapt3_8b, "moe3": plan_moe3, "trees3": plan_trees3}
+         "adapt3-8b": plan_adapt3_8b, "moe3": plan_moe3, "trees3": plan_trees3,
+         "moe4": plan_moe4, "moe4b": plan_moe4b, "long": plan_long}
 
 
 def main() -> int:

@@ -1,6 +1,7 @@
 """Check a `campaign.py --plan trees` result on the CPU machine (tools/gpu/trees_plan.md).
 
     python3 tools/gpu/trees_check.py DIR      # DIR = the unpacked trees/ folder of trees.tar.gz
+    python3 tools/gpu/trees_check.py --long DIR   # DIR = the unpacked folder of scan_campaign's `long`
 
 Per config: SGLang's accept length (the client's, from SGLang's counters) at each level against
 tiny.json's chat-request expectation (goal 3 %); the tree probes' accept length over every
@@ -12,6 +13,7 @@ Exit 1 when a goal is missed.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -69,18 +71,11 @@ def main(root: Path) -> int:
         print(line + f"; per depth {tr['per_depth']}; ranks {tr['rank_hist']}")
         if c["topk"] > 1:
             # the single-stream replay (same tokens as a chain server), token-weighted over windows
-            reps = [r["tree"]["chain_replay"] for r in recs if (r.get("tree") or {}).get("chain_replay")]
-            derived[key] = {}
-            for s in tr["chain"]:
-                parts = [(x[s]["tokens"], x[s]["accept_len_est"], x[s]["accept_len_lower"], x[s]["unknown"])
-                         for x in reps if s in x]
-                tok = sum(p[0] for p in parts)
-                if tok:
-                    est = tok / sum(p[0] / p[1] for p in parts)
-                    lo = tok / sum(p[0] / p[2] for p in parts)
-                    derived[key][s] = est
-                    print(f"    chain replay {s} steps (1 stream): estimate {est:.3f}, lower bound "
-                          f"{lo:.3f}, {sum(p[3] for p in parts)} unknown agreements of {tok} tokens")
+            rep = ptree.merge_replay([r["tree"].get("chain_replay") for r in recs if r.get("tree")])
+            derived[key] = {s: v["accept_len_est"] for s, v in rep.items()}
+            for s, v in rep.items():
+                print(f"    chain replay {s} steps (1 stream): estimate {v['accept_len_est']:.3f}, lower bound "
+                      f"{v['accept_len_lower']:.3f}, {v['unknown']} unknown agreements of {v['tokens']} tokens")
             print("    chain from this tree: " + ", ".join(
                 f"{s} steps {v['accept_len']:.3f}{'' if v['exact'] else ' (lower bound on ' + str(v['lower_bound_cycles']) + ' verifies)'}"
                 for s, v in tr["chain"].items()))
@@ -99,5 +94,37 @@ def main(root: Path) -> int:
     return 1 if bad else 0
 
 
+def long_check(root: Path) -> int:
+    """Plan ``long``: one long single-stream request per server, the probes flushed around it
+    (``long.json``, campaign.counter_check). Each tree server's chain replay against the chain
+    server of that step count (SGLang's counter over the same request, the same greedy tokens);
+    goal 2 %. Also the probes against SGLang's counter on every server (goal 0.5 %)."""
+    docs = {}
+    for f in sorted((root / "trees").glob("*/long.json")):
+        m = re.search(r"s(\d+)-k(\d+)-d(\d+)", f.parent.name)
+        if m:
+            docs[tuple(int(x) for x in m.groups())] = json.loads(f.read_text())
+    chain = {s: d["sglang"]["accept_len"] for (s, k, _), d in docs.items() if k == 1}
+    bad = 0
+    for (s, k, dt), d in sorted(docs.items()):
+        a, b = d["probes"]["accept_len"], d["sglang"]["accept_len"]
+        dev = 100 * (a / b - 1)
+        bad += abs(dev) > 0.5
+        print(f"{s}x{k}x{dt}: {d['sglang']['generation_tokens']:.0f} tokens at {d['streams']} stream(s); probes "
+              f"{a:.4f} vs SGLang {b:.4f} ({dev:+.2f} %) {'OK' if abs(dev) <= 0.5 else 'MISS'}")
+        for st, rep in (d["probes"].get("chain_replay") or {}).items():
+            if k == 1 or int(st) not in chain:
+                continue
+            dev = 100 * (rep["accept_len_est"] / chain[int(st)] - 1)
+            bad += abs(dev) > 2.0
+            print(f"    chain replay {st} steps: {rep['accept_len_est']:.3f} (lower bound {rep['accept_len_lower']:.3f}, "
+                  f"{rep['unknown']} unknown of {rep['tokens']} tokens) vs chain server {chain[int(st)]:.3f} "
+                  f"({dev:+.1f} %) {'OK' if abs(dev) <= 2.0 else 'MISS'}")
+    print(f"{'all goals met' if not bad else f'{bad} goal(s) missed'}")
+    return 1 if bad else 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--long"]:
+        raise SystemExit(long_check(Path(sys.argv[2])))
     raise SystemExit(main(Path(sys.argv[1])))

@@ -191,6 +191,22 @@ def _replay(seq: Sequence[bool | None], s: int) -> tuple[float, int, int]:
     return (tokens / verifies if verifies else 0.0), verifies, unknown
 
 
+def merge_replay(replays: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Sum several single-stream windows' ``chain_replay`` fields: per step count, tokens over
+    verifies (each window's verifies = its tokens / its accept length), so a window weighs by
+    its tokens, as one long replay would."""
+    out: dict[str, dict[str, Any]] = {}
+    for s in sorted({k for r in replays if r for k in r}, key=int):
+        parts = [r[s] for r in replays if r and s in r and r[s].get("tokens")]
+        tok = sum(p["tokens"] for p in parts)
+        if not tok:
+            continue
+        out[s] = {"accept_len_est": round(tok / sum(p["tokens"] / p["accept_len_est"] for p in parts), 4),
+                  "accept_len_lower": round(tok / sum(p["tokens"] / p["accept_len_lower"] for p in parts), 4),
+                  "unknown": sum(p["unknown"] for p in parts), "tokens": tok, "windows": len(parts)}
+    return out
+
+
 def merge(records: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     """Sum several windows' ``tree`` fields of one configuration."""
     recs = [r for r in records if r and r.get("cycles")]
