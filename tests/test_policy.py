@@ -576,3 +576,18 @@ def test_server_refuses_a_policy_that_was_not_applied(tmp_path):
         cfg.host, cfg.port = "127.0.0.1", busy.getsockname()[1]
         with pytest.raises(UserError, match="already in use"):
             server.Server(cfg).start(wait=False)
+
+
+def test_path_bias_of_the_acceptance_model_on_the_moe_construction(capsys):
+    """benchmarks/policy_path_bias.py (the H200 round-7 MoE diagnosis, docs/gpu-results.md): the
+    expected tokens the policy derives at 3 steps from rates counted at 7 steps, against the
+    3-step chain on the same requests, exact on the construction's own maps (pure Python). One
+    repeated chat request: 3.113 vs 3.200 (-2.7 %); 200 distinct paths: within 1.5 % at 3..6."""
+    import policy_path_bias as ppb
+
+    assert ppb.main(["--requests", "200"]) == 0
+    out = capsys.readouterr().out
+    assert "3 steps: model 3.113 vs the 3-step chain 3.200 (-2.7 %)" in out
+    many = out.split("200 paths:")[1]
+    errs = [float(x.split("(")[1].split(" %")[0]) for x in many.splitlines() if "model" in x]
+    assert len(errs) == 4 and max(abs(e) for e in errs) < 1.5
