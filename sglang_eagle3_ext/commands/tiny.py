@@ -46,6 +46,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="tree construction with prompt regions: rank-0 probability per region "
                         "(easy, medium, hard, ...); a chat prompt ending with a region's marker word "
                         "walks that region (docs/tiny.md, Trees)")
+    p.add_argument("--paths", metavar="N", default=None,
+                   help="chain build whose prompts walk N different paths: the chat template ends with "
+                        "the user's last word and prompts-paths.jsonl holds N prompts ending in "
+                        "different words, each starting the walk elsewhere (bench / scan --prompts "
+                        "it; needs P; docs/tiny.md)")
     p.add_argument("--tree", action="append", metavar="STEPS,TOPK,DRAFT_TOKENS", default=None,
                    help="also print the expected accept length of this tree configuration (repeatable)")
     p.add_argument("--prompts", metavar="FILE", default=None,
@@ -90,6 +95,11 @@ def validate(args: argparse.Namespace):
     if (alts or regs) and (len(accs) != 1 or isinstance(accs[0], str) or trained is not None):
         raise UserError("--alternatives / --regions need one --acceptance P (no list, no "
                         "--trained-on)", exit_code=2)
+    from ..tiny import paths
+
+    if paths.parse_paths(getattr(args, "paths", None)) and (alts or regs or isinstance(accs[0], str)):
+        raise UserError("--paths needs --acceptance P and a chain build (a tree build's prompts walk "
+                        "their regions: --regions)", exit_code=2)
     for item in getattr(args, "tree", None) or []:
         trees.check_config(*parse_tree(item))
     if args.device not in (None, "cpu", "cuda") and not str(args.device).startswith("cuda:"):
@@ -172,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
     models = tiny.build(args.out, args.acceptance, seed=args.seed, shape=shape, trained_on=trained,
                         force=args.force, device=args.device,
                         alternatives=getattr(args, "alternatives", None),
-                        regions=getattr(args, "regions", None))
+                        regions=getattr(args, "regions", None), paths=getattr(args, "paths", None))
     rc = 0
     if getattr(args, "verify", False):
         from ..tiny.verify import verify
@@ -213,6 +223,12 @@ def run(args: argparse.Namespace) -> int:
                 out.print(ind + f"  one request of {tokens} tokens lands in {lo:.2f}..{hi:.2f} at 3 steps, "
                           "by its prompt's last token (docs/tiny.md, measured vs expected)",
                           highlight=False)
+        if "paths" in d:  # the prompt set walks many stretches: its pooled figure is the one to expect
+            pe = d["paths"]["expected_accept_len"]["256"]
+            out.print(ind + f"  {info['paths']['count']} different paths ({info['paths']['prompts']}), "
+                      "one 256-token request per prompt, "
+                      "pooled: " + ", ".join(f"{s} steps {pe[s]:.2f}" for s in ("1", "2", "3", "4")),
+                      highlight=False)
         if "per_position" in d:
             out.print(("  " if multi else "") + "per-position acceptance at 4 steps: "
                       + ", ".join(f"{r:.2f}" for r in d["per_position"]["4"])

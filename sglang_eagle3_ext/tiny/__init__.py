@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from ..runtime.errors import UserError
 from . import construct, draft, shapes, targets, trees, wiring
+from . import paths as tpaths
 from .construct import READOUT_MARGIN, simulate_accept  # noqa: F401 - public
 from .gen import Gen, pick_device
 from .shapes import SHAPES, TINY, Shape, get_shape  # noqa: F401 - public
@@ -153,7 +154,7 @@ def _prepare_out(out: Path) -> None:
 def build(out_dir: str | Path, acceptance: Acceptance | str | list = "oracle", seed: int = 0,
           shape: Shape | str | None = None, trained_on: list[Any] | None = None,
           force: bool = False, device: str | None = None, alternatives: Any = None,
-          regions: Any = None) -> TinyModels:
+          regions: Any = None, paths: Any = None) -> TinyModels:
     """Write ``out_dir/target``, the draft folder(s) and ``out_dir/tiny.json``; return their paths.
 
     ``acceptance``: oracle | random | P, or a list of P (one target, ``draft-P/`` per value).
@@ -161,6 +162,7 @@ def build(out_dir: str | Path, acceptance: Acceptance | str | list = "oracle", s
     layers for the wiring construction (partial acceptance only). ``device``: default cuda if any.
     ``alternatives`` (conditional probabilities of ranks 1, 2, ...) / ``regions`` (rank-0
     probability per prompt region): the tree construction (trees.py; one P, no wiring).
+    ``paths``: N prompts that walk N different stretches of the cycle (paths.py; chain, P).
     """
     t0 = time.perf_counter()
     accs = parse_acceptances(acceptance)
@@ -177,6 +179,10 @@ def build(out_dir: str | Path, acceptance: Acceptance | str | list = "oracle", s
     if tree and (multi or not partial or trained_on is not None):
         raise UserError("--alternatives / --regions need one --acceptance P (no list, no "
                         "--trained-on)", exit_code=2)
+    n_paths = tpaths.parse_paths(paths)
+    if n_paths and (tree or not partial):
+        raise UserError("--paths needs --acceptance P and a chain build (a tree build's prompts walk "
+                        "their regions: --regions)", exit_code=2)
     plan = wiring.plan(s, list(trained_on), seed) if trained_on is not None else None
     try:
         import torch
@@ -192,9 +198,9 @@ def build(out_dir: str | Path, acceptance: Acceptance | str | list = "oracle", s
     draft_dirs = {lab: out / (f"draft-{lab}" if multi else "draft") for lab in labels}
     # SGLang reads the target's tokenizer; the copies keep each draft folder self-contained.
     special = build_tokenizer(target, *draft_dirs.values(),
-                              template=TAIL_TEMPLATE if regs else CHAT_TEMPLATE)
-    # every chat request's walk starts at f(chat_last); with regions it is the prompt's own
-    chat_last: int | None = None if regs else chat_last_token(target)
+                              template=TAIL_TEMPLATE if regs or n_paths else CHAT_TEMPLATE)
+    # every chat request's walk starts at f(chat_last); with regions or paths it is the prompt's own
+    chat_last: int | None = None if regs or n_paths else chat_last_token(target)
     markers = marker_words(target, len(regs)) if regs else []
     tmaps = (trees.tree_maps(float(accs[0]), alts, seed, s.draft_vocab, regs, [i for _, i in markers])
              if tree else None)
@@ -231,6 +237,8 @@ def build(out_dir: str | Path, acceptance: Acceptance | str | list = "oracle", s
         w = construct.readout(normed, torch.tensor(f_map), VOCAB)
         lm_head.zero_()
         lm_head[:VOCAB] = w.to(lm_head.dtype)
+
+    words = tpaths.path_words(target, f_map, n_paths) if n_paths and f_map is not None else []
 
     # ---- target, streamed layer by layer into shards
     tw = ShardWriter(target, keep_fp32=targets.KEEP_FP32)
@@ -290,6 +298,8 @@ def build(out_dir: str | Path, acceptance: Acceptance | str | list = "oracle", s
             if plan is not None:
                 wiring.draft_fc(plan, dw["fc.weight"], gen)
             d_info.update(construct.partial_info(f_map, g_map, s.draft_vocab, chat_last))
+            if words:
+                d_info["paths"] = tpaths.paths_info(f_map, g_map, [i for _, i in words])
             if tmaps is not None:
                 prompts = {w: i for w, i in markers}
                 d_info["tree"] = {"alternatives": alts, "regions": tmaps.regions,
@@ -314,10 +324,14 @@ def build(out_dir: str | Path, acceptance: Acceptance | str | list = "oracle", s
         info["greedy_token"] = 0
     if partial:
         for key in ("agree_fraction", "agree_fraction_hot", "per_position", "chat_last_token",
-                    "expected_accept_len_chat", "per_position_chat", "request_range", "tree"):
+                    "expected_accept_len_chat", "per_position_chat", "request_range", "tree", "paths"):
             if key in first:
                 info[key] = first[key]
         info["min_sglang"] = "0.5.12 (draft config norm_output)"
+        if words:  # the prompts carry the first draft's per-prompt expectation
+            tpaths.write_prompts(out / tpaths.PROMPTS_FILE, words, f_map, first["paths"])
+            info["paths"] = {"prompts": str(out / tpaths.PROMPTS_FILE), "count": len(words),
+                             **{k: v for k, v in first["paths"].items() if k != "per_prompt"}}
         maps: dict[str, Any] = {"f": f_map, "g": maps_g[labels[0]]}
         if multi:
             maps["g_by_acceptance"] = maps_g
