@@ -12,6 +12,10 @@ pre-started servers, /metrics scrapes, a hard stop that always packs what exists
   on the scan's table), and the best static step count; each benched at steady loads and on a
   transition workload.
 - ``moe``: scan 0..4 at 1 / 8 streams on the MoE shape, beside a plain server.
+- ``moe4`` / ``moe4b`` (round 7): the MoE scan 3..7 and our policy against static 3, the static
+  count best at 1 stream and both EMAs; ``moe5`` / ``moe5b``: the same on a ``tiny --paths 32``
+  build, every request cycling through its prompts; ``long``: single-stream 3072-token tree
+  replays, then the 8B policy beside static 5.
 
     tools/gpu/run.sh python3 tools/gpu/scan_campaign.py --plan scan-8b --out $OUT
 """
@@ -84,7 +88,8 @@ def build(models: dict[str, list[str]], out: Path) -> None:
 def scan_cmd(models: str, steps: str, conc: str, out: Path, port: int, *, bs: int,
              extra: list[str] = (), min_cycles: int = 256) -> list[str]:
     stand = ["--python", sys.executable, "--server-module", "standin_scan"] if REHEARSE else []
-    return [*C.CLI, "scan", *stand, "--model", str(C.WORK / models / "target"), "--draft", str(C.WORK / models / "draft"),
+    return [*C.CLI, "scan", *stand, *PROMPTS, "--model", str(C.WORK / models / "target"),
+            "--draft", str(C.WORK / models / "draft"),
             "--steps", steps, "--concurrency", conc, "--max-tokens", "256", "--block", "32",
             "--min-cycles", str(min_cycles), "--time-limit", "75", "--out", str(out), "--port", str(port),
             "--timeout", "420", "--no-sglang-check", "--",
@@ -92,7 +97,8 @@ def scan_cmd(models: str, steps: str, conc: str, out: Path, port: int, *, bs: in
             "--max-total-tokens", str(max(8192, bs * 640)), *extra]
 
 
-PACK: dict[str, Path] = {}  # "src": the working folder, "dest": the tarball under --out
+PACK: dict[str, Path] = {}
+PROMPTS: list[str] = []  # ["--prompts", FILE] for bench and scan on a `tiny --paths` build (moe5)  # "src": the working folder, "dest": the tarball under --out
 
 
 def checkpoint() -> None:
@@ -377,7 +383,7 @@ def warm(out: Path, name: str, sv: server.Server) -> None:
     """One untimed short ladder: the first use of a prefill shape compiles a kernel (round 6: a
     1.6 s first TTFT on the first server benched in each MoE pair), here, not in round 0."""
     (out / name).mkdir(parents=True, exist_ok=True)
-    C.run([*C.CLI, "bench", "--url", sv.url, "--concurrency", "1,8", "--runs", "1", "--warmup", "1",
+    C.run([*C.CLI, "bench", "--url", sv.url, *PROMPTS, "--concurrency", "1,8", "--runs", "1", "--warmup", "1",
            "--max-tokens", "32", "--ignore-eos", "--label", f"{name} warm-up", "--out", str(out / name / "warm.json")],
           out / name / "warm.txt", timeout=90)
 
@@ -433,47 +439,63 @@ def plan_moe2(out: Path) -> dict[str, server.Server]:
     return started
 
 
-SCAN_MOE_R7 = C.REPO / "docs" / "data" / "h200-2026-12-02-r7" / "moe4" / "scan-moe"
+SCAN_DIR = [C.REPO / "docs" / "data" / "h200-2026-12-02-r7" / "moe4" / "scan-moe"]  # moe4b / moe5b: --scan
+MOE_BUILDS = {"moe": MOE, "moep": [*MOE, "--paths", "32"]}
 
 
-def plan_moe4(out: Path) -> dict[str, server.Server]:
+def plan_moe4(out: Path, model: str = "moe") -> dict[str, server.Server]:
     """Issue 25 where the best step count changes with load: the MoE scan over 3..7 steps at 1 / 8
     streams (round 6's default tiers ran 7 steps at 1 stream, 5.5 % above a policy limited to 0..4;
     3 is best at 8), then our policy on it beside static 3 (the best at 8), three ladder rounds."""
-    for old in ("8b", "tree", "regions"):
+    for old in {"8b", "tree", "regions", "moe", "moep"} - {model}:
         shutil.rmtree(C.WORK / old, ignore_errors=True)
-    build({"moe": MOE}, out)
-    run_cli(scan_cmd("moe", "3-7", "1,8", out / "scan-moe", 31100, bs=8), out / "scan-moe.txt", timeout=360,
+    build({model: MOE_BUILDS[model]}, out)
+    run_cli(scan_cmd(model, "3-7", "1,8", out / "scan-moe", 31100, bs=8), out / "scan-moe.txt", timeout=360,
             env=scan_env())
     checkpoint()
     scan_json = out / "scan-moe" / "scan.json"
     if not scan_json.exists():
         return {}
-    pol = C.group("policy", "moe", "draft", [7], [1, 8])
+    pol = C.group("policy", model, "draft", [7], [1, 8])
     pol["launch"]["policy"] = str(scan_json)
-    return moe_pairs(out, [[pol, C.group("static3", "moe", "draft", [3], [1, 8])]], [530],
+    return moe_pairs(out, [[pol, C.group("static3", model, "draft", [3], [1, 8])]], [530],
                      first_alone=False, warm_up=True)
 
 
-def plan_moe4b(out: Path) -> dict[str, server.Server]:
-    """moe4's other contenders, on its scan (docs/data/h200-2026-12-02-r7/moe4): the static step
-    count best at 1 stream beside SGLang's EMA with its default tiers, then the EMA with the tiers
-    the scan wrote beside our policy again (its second pair: the drift between pairs)."""
-    for old in ("8b", "tree", "regions"):
+def plan_moe4b(out: Path, model: str = "moe") -> dict[str, server.Server]:
+    """moe4's other contenders, on its scan (``--scan``, default docs/data/h200-2026-12-02-r7/moe4/
+    scan-moe): the static step count best at 1 stream beside SGLang's EMA with its default tiers,
+    then the EMA with the tiers the scan wrote beside our policy again (the drift between pairs)."""
+    for old in {"8b", "tree", "regions", "moe", "moep"} - {model}:
         shutil.rmtree(C.WORK / old, ignore_errors=True)
-    build({"moe": MOE}, out)
-    shutil.copy(SCAN_MOE_R7 / "scan.json", out / "scan-moe.json")
-    shutil.copy(SCAN_MOE_R7 / "adaptive.json", out / "adaptive-scan-moe.json")
+    build({model: MOE_BUILDS[model]}, out)
+    shutil.copy(SCAN_DIR[0] / "scan.json", out / "scan-moe.json")
+    shutil.copy(SCAN_DIR[0] / "adaptive.json", out / "adaptive-scan-moe.json")
     doc = json.loads((out / "scan-moe.json").read_text())
     s1 = int(doc["best"]["1"]["steps"])
     top = max(s for v in doc["adaptive"]["tiers"].values() for s in v)  # 0.5.16 starts at the largest
-    pol = C.group("policy", "moe", "draft", [7], [1, 8])
+    pol = C.group("policy", model, "draft", [7], [1, 8])
     pol["launch"]["policy"] = str(out / "scan-moe.json")
-    pairs = [[C.group(f"static{s1}", "moe", "draft", [s1], [1, 8]),
-              C.group("ema-default", "moe", "draft", [7], [1, 8], extra=["--speculative-adaptive"])],
-             [C.group("ema-scan", "moe", "draft", [top], [1, 8], adaptive=str(out / "adaptive-scan-moe.json")),
+    pairs = [[C.group(f"static{s1}", model, "draft", [s1], [1, 8]),
+              C.group("ema-default", model, "draft", [7], [1, 8], extra=["--speculative-adaptive"])],
+             [C.group("ema-scan", model, "draft", [top], [1, 8], adaptive=str(out / "adaptive-scan-moe.json")),
               pol]]
     return moe_pairs(out, pairs, [230, 470], first_alone=False, warm_up=True)
+
+
+def plan_moe5(out: Path) -> dict[str, server.Server]:
+    """moe4 on traffic that walks many paths (`tiny --paths 32`, docs/tiny.md): the scan, the
+    policy's online rates and every server's bench cycle through 32 prompts whose walks start at
+    32 different points, so a step count's acceptance is no longer one stretch's (round 7: the
+    policy's model was 4.7 % low for 3 steps on the one chat path, benchmarks/policy_path_bias.py)."""
+    PROMPTS[:] = ["--prompts", str(C.WORK / "moep" / "prompts-paths.jsonl")]
+    return plan_moe4(out, "moep")
+
+
+def plan_moe5b(out: Path) -> dict[str, server.Server]:
+    """moe4b on the paths build, on moe5's scan (give it with ``--scan``)."""
+    PROMPTS[:] = ["--prompts", str(C.WORK / "moep" / "prompts-paths.jsonl")]
+    return plan_moe4b(out, "moep")
 
 
 def plan_long(out: Path) -> dict[str, server.Server]:
@@ -521,7 +543,7 @@ def plan_long(out: Path) -> dict[str, server.Server]:
 
 def moe_ladder(out: Path, name: str, sv: server.Server, rnd: int) -> None:
     """The MoE plans' workload: 1 -> 8 streams, 3 runs a level, 256 tokens."""
-    C.run([*C.CLI, "bench", "--url", sv.url, "--concurrency", "1,8", "--runs", "3", "--warmup", "1",
+    C.run([*C.CLI, "bench", "--url", sv.url, *PROMPTS, "--concurrency", "1,8", "--runs", "3", "--warmup", "1",
            "--max-tokens", "256", "--ignore-eos", "--label", f"{name} moe",
            "--out", str(out / name / f"transition-r{rnd}.json")], out / name / f"transition-r{rnd}.txt",
           timeout=120)
@@ -530,7 +552,7 @@ def moe_ladder(out: Path, name: str, sv: server.Server, rnd: int) -> None:
 PLANS = {"scan-8b": plan_scan_8b, "adapt-8b": plan_adapt_8b, "final": plan_final,
          "trees2": plan_trees2, "adapt2-8b": plan_adapt2_8b, "moe2": plan_moe2,
          "adapt3-8b": plan_adapt3_8b, "moe3": plan_moe3, "trees3": plan_trees3,
-         "moe4": plan_moe4, "moe4b": plan_moe4b, "long": plan_long}
+         "moe4": plan_moe4, "moe4b": plan_moe4b, "long": plan_long, "moe5": plan_moe5, "moe5b": plan_moe5b}
 
 
 def main() -> int:
@@ -539,7 +561,10 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--hard-stop", type=float, default=565)
     ap.add_argument("--rehearse", action="store_true", help="CPU: reduced shapes and stand-in servers")
+    ap.add_argument("--scan", type=Path, default=None, help="moe4b / moe5b: the scan-moe folder to read")
     a = ap.parse_args()
+    if a.scan is not None:
+        SCAN_DIR[0] = a.scan.resolve()
     global REHEARSE
     if a.rehearse:
         REHEARSE = True
