@@ -11,11 +11,14 @@ from __future__ import annotations
 import json
 import math
 import socket
+from pathlib import Path
 
 import pytest
 from standin_openai import StandIn
 
 from sglang_eagle3_ext import bench, cli
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _opts(url: str, **kw) -> bench.BenchOptions:
@@ -149,3 +152,26 @@ def test_bad_inputs_are_user_errors(tmp_path, capsys):
     assert cli.main(["bench", "--url", f"http://127.0.0.1:{_free_port()}", "--runs", "1"]) == 1
     err = capsys.readouterr().err
     assert "cannot reach" in err and "Traceback" not in err
+
+
+def _runs_from(path: Path, concurrency: int) -> list[bench.RunRecord]:
+    """Runs of one ladder level of a committed H200 bench document, as build_result gets them."""
+    doc = json.loads(path.read_text())
+    lv = next(x for x in doc["levels"] if x["concurrency"] == concurrency)
+    return [bench.RunRecord(**{**r, "requests": [bench.RequestRecord(**q) for q in r["requests"]]})
+            for r in lv["bench"]["runs"]]
+
+
+def test_a_burst_after_a_late_first_token_is_named():
+    """H200 round 7 (docs/gpu-results.md): one 8-stream run's first tokens came 0.51 s late and
+    its streams then "decoded" at 1439 tok/s against 495; the run is named, the others are not,
+    and a steady level gets no warning."""
+    data = REPO / "docs" / "data" / "h200-2026-12-02-r7" / "long"
+    opts = bench.BenchOptions(url="http://gpu:8000", concurrency=8)
+    doc = bench.build_result(opts, "m", _runs_from(data / "policy" / "transition-r0.json", 8), [])
+    burst = [w for w in doc["warnings"] if "came in a burst" in w]
+    assert len(burst) == 1 and burst[0].startswith("run 3: first tokens 0.52 s after sending (median 0.10 s)")
+    assert doc["summary"]["decode_tok_s"]["median"] == pytest.approx(495.45, abs=0.01)
+    steady = bench.build_result(opts, "m", _runs_from(data / "static5" / "transition-r0.json", 64), [])
+    assert not [w for w in steady["warnings"] if "burst" in w]
+    assert bench.burst_warnings(_runs_from(data / "policy" / "transition-r0.json", 8)[1:]) == []
