@@ -12,7 +12,11 @@ verify they predict at s, and the s-step chain's own tokens per verify on the sa
 
 - one path: every request is the bench's chat request (every chat prompt ends with the same
   template token, so every request walks the same 256-token stretch);
-- many paths: requests start at N random points of the 1024-id cycle (distinct prompts).
+- many paths: requests start at N random points of the 1024-id cycle (distinct prompts);
+- the `tiny --paths 32` prompt set (docs/tiny.md): one request per prompt.
+
+With the round-7 H200 MoE scan's cycle ms at 8 streams (docs/data/h200-2026-12-02-r7/moe4), each
+case also says which step count the model ranks first there and which one really is.
 
 Run: python benchmarks/policy_path_bias.py [--requests 200] [--max-tokens 256]
 """
@@ -20,15 +24,20 @@ Run: python benchmarks/policy_path_bias.py [--requests 200] [--max-tokens 256]
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import sys
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from sglang_eagle3_ext.runtime.policy import expected_tokens  # noqa: E402
-from sglang_eagle3_ext.tiny import construct  # noqa: E402
+from sglang_eagle3_ext.tiny import construct, tokenizer  # noqa: E402
+from sglang_eagle3_ext.tiny import paths as tpaths  # noqa: E402
+
+SCAN = REPO / "docs" / "data" / "h200-2026-12-02-r7" / "moe4" / "scan-moe" / "scan.json"
 
 CHAT_LAST = 198  # tiny.json chat_last_token of every tiny build (the template's last id)
 
@@ -60,16 +69,41 @@ def main(argv: list[str] | None = None) -> int:
     f, g, _ = construct.partial_maps(0.8, 0, 32000)  # the moe shape's draft vocab: a 1024-id cycle
     n = construct.cycle_len(32000)
     rng = random.Random(25)
+    with tempfile.TemporaryDirectory() as tmp:  # the paths build's tokenizer picks its words
+        tokenizer.build_tokenizer(Path(tmp), template=tokenizer.TAIL_TEMPLATE)
+        words = tpaths.path_words(Path(tmp), f, 32)
     cases = {"one path (chat)": [CHAT_LAST] * 8,
-             f"{a.requests} paths": [rng.randrange(n) for _ in range(a.requests)]}
+             f"{a.requests} paths": [rng.randrange(n) for _ in range(a.requests)],
+             "tiny --paths 32 prompts": [i for _, i in words]}
     for name, lasts in cases.items():
         _, rates = pooled(f, g, a.measured_at, lasts, a.max_tokens)
         print(f"{name}: rates at {a.measured_at} steps {[round(r, 3) for r in rates]}")
-        for s in range(3, a.measured_at):
-            real, _ = pooled(f, g, s, lasts, a.max_tokens)
-            model = expected_tokens(rates, s)
-            print(f"  {s} steps: model {model:.3f} vs the {s}-step chain {real:.3f} ({100 * (model / real - 1):+.1f} %)")
+        model, real = {}, {}
+        for s in range(3, a.measured_at + 1):
+            real[s] = pooled(f, g, s, lasts, a.max_tokens)[0]
+            model[s] = expected_tokens(rates, s)
+            if s < a.measured_at:
+                print(f"  {s} steps: model {model[s]:.3f} vs the {s}-step chain {real[s]:.3f} "
+                      f"({100 * (model[s] / real[s] - 1):+.1f} %)")
+        for bs in (1, 8):
+            ms = cycle_ms(bs)
+            m = {s: model[s] / ms[s] for s in model if s in ms}
+            r = {s: real[s] / ms[s] for s in real if s in ms}
+            pick, best = max(m, key=m.get), max(r, key=r.get)
+            print(f"  at {bs} stream(s), H200 MoE cycle ms: the model ranks {pick} steps first, the chains "
+                  f"{best} ({'right' if pick == best else f'WRONG: {best} over {pick} by '}"
+                  f"{'' if pick == best else f'{100 * (r[best] / r[pick] - 1):.1f} %'})")
     return 0
+
+
+def cycle_ms(bs: int) -> dict[int, float]:
+    """Steady cycle ms per step count at ``bs`` from the round-7 MoE scan (the best-sampled cell)."""
+    cells = [c for c in json.loads(SCAN.read_text())["cells"] if c["bs"] == bs]
+    out: dict[int, tuple[int, float]] = {}
+    for c in cells:
+        if c["cycles"] > out.get(c["steps"], (0, 0.0))[0]:
+            out[c["steps"]] = (c["cycles"], c["cycle_ms"])
+    return {s: v[1] for s, v in out.items()}
 
 
 if __name__ == "__main__":
