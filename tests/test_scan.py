@@ -322,7 +322,14 @@ def test_dry_run_prints_the_one_start_and_starts_nothing(models, tmp_path, capsy
     assert "--speculative-num-steps 3" in c.out and "--speculative-adaptive-config" in c.out
     assert "ESTIMATED" in c.out and "B = 2 (from the launch args)" in c.out
     assert "levels above it run eager" in c.err and "SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND" in c.err
+    assert "note: one prompt: at temperature 0 every request generates the same tokens" in c.err
     assert not (out / "scan.json").exists() and not (out / "server.log").exists()
+    many = tmp_path / "p.jsonl"
+    many.write_text("".join(f'{{"messages": [{{"role": "user", "content": "q {i}"}}]}}\n' for i in range(3)))
+    rc = cli.main(_argv(models, tmp_path / "o2", "--dry-run", "--prompts", str(many)))
+    c = capsys.readouterr()
+    assert rc == 0, c.err
+    assert "one prompt" not in c.err
 
 
 def test_graph_memory_read_from_sglang_log_lines(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 from pathlib import Path
@@ -139,6 +140,11 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
                         f"{max(levels)}` (and --cuda-graph-max-bs-decode {max(levels)} for graphs there)",
                         exit_code=2)
     notes = [note] if note else []
+    if len({json.dumps(x, sort_keys=True) for x in prompts or [bench.DEFAULT_PROMPT]}) == 1:
+        notes.append("one prompt: at temperature 0 every request generates the same tokens, so each step "
+                     "count's accept length is that one text's, measured on other stretches of it per "
+                     "step count (tiny MoE on the H200: up to 10 % above or below that request's own; docs/scan.md). "
+                     "Give --prompts with requests like your traffic (a tiny build: tiny --paths N)")
     gmax = scan._extra_int(extra, "--cuda-graph-max-bs-decode", "--cuda-graph-max-bs")
     if gmax is not None and gmax < max(levels):
         notes.append(f"CUDA graphs are captured up to batch size {gmax}: levels above it run eager (the cells "
