@@ -18,7 +18,7 @@ verify they predict at s, and the s-step chain's own tokens per verify on the sa
 With the round-7 H200 MoE scan's cycle ms at 8 streams (docs/data/h200-2026-12-02-r7/moe4), each
 case also says which step count the model ranks first there and which one really is.
 
-Run: python benchmarks/policy_path_bias.py [--requests 200] [--max-tokens 256]
+Run: python benchmarks/policy_path_bias.py [--requests 200]
 """
 
 from __future__ import annotations
@@ -42,28 +42,9 @@ SCAN = REPO / "docs" / "data" / "h200-2026-12-02-r7" / "moe4" / "scan-moe" / "sc
 CHAT_LAST = 198  # tiny.json chat_last_token of every tiny build (the template's last id)
 
 
-def pooled(f: list[int], g: list[int], steps: int, lasts: list[int], max_tokens: int) -> tuple[float, list[float]]:
-    """Tokens per verify and per-position rates over the requests (sums, not means of means)."""
-    reached, accepted = [0] * steps, [0] * steps
-    tokens = verifies = 0
-    for last in lasts:
-        acc, rates, hist = construct.simulate_request(f, g, steps, last, max_tokens)
-        v = sum(hist)
-        verifies += v
-        tokens += max_tokens
-        # rates back to counts: reached[k] = verifies that got to depth k
-        r = v
-        for k in range(steps):
-            reached[k] += r
-            accepted[k] += round(r * rates[k])
-            r = round(r * rates[k])
-    return tokens / verifies, [a / r if r else 0.0 for a, r in zip(accepted, reached, strict=True)]
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--requests", type=int, default=200, help="distinct paths in the many-path case")
-    ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--measured-at", type=int, default=7, help="the step count the rates come from")
     a = ap.parse_args(argv)
     f, g, _ = construct.partial_maps(0.8, 0, 32000)  # the moe shape's draft vocab: a 1024-id cycle
@@ -76,11 +57,13 @@ def main(argv: list[str] | None = None) -> int:
              f"{a.requests} paths": [rng.randrange(n) for _ in range(a.requests)],
              "tiny --paths 32 prompts": [i for _, i in words]}
     for name, lasts in cases.items():
-        _, rates = pooled(f, g, a.measured_at, lasts, a.max_tokens)
+        # pooled over one 256-token request per entry: all tokens / all verifies, summed counts
+        pooled = tpaths.paths_info(f, g, lasts)
+        rates = pooled["per_position"]["256"][str(a.measured_at)]
         print(f"{name}: rates at {a.measured_at} steps {[round(r, 3) for r in rates]}")
         model, real = {}, {}
         for s in range(3, a.measured_at + 1):
-            real[s] = pooled(f, g, s, lasts, a.max_tokens)[0]
+            real[s] = pooled["expected_accept_len"]["256"][str(s)]
             model[s] = expected_tokens(rates, s)
             if s < a.measured_at:
                 print(f"  {s} steps: model {model[s]:.3f} vs the {s}-step chain {real[s]:.3f} "
