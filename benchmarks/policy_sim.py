@@ -206,11 +206,54 @@ class PolicyArm(Arm):
 
 
 @dataclass
+class Walk:
+    """Acceptance from the tiny construction's own maps instead of rates: exact greedy decoding
+    (tiny/construct.py simulate_request). A request starts at f(its prompt's last token), runs
+    ``max_tokens``, and the next prompt's request takes its slot; prompts are taken in order from
+    ``lasts`` from the phase's start, as `bench` takes them (its prompt index restarts per level)."""
+    f: list[int]
+    g: list[int]
+    lasts: list[int]
+    max_tokens: int = 256
+
+
+class WalkState:
+    def __init__(self, walk: Walk) -> None:
+        self.w, self.slots, self.next = walk, [], 0  # slots: [token, tokens done]
+
+    def _new(self) -> list[int]:
+        x = self.w.f[self.w.lasts[self.next % len(self.w.lasts)]]  # the prefill's token
+        self.next += 1
+        return [x, 1]
+
+    def step(self, bs: int, steps: int) -> list[int]:
+        """One verify of ``bs`` requests at ``steps``: their accepted drafts."""
+        while len(self.slots) < bs:
+            self.slots.append(self._new())
+        del self.slots[bs:]
+        f, g, out = self.w.f, self.w.g, []
+        for i, (x, done) in enumerate(self.slots):
+            d = t = x
+            c = 0
+            for _ in range(steps):
+                d, t = g[d], f[t]
+                if d != t:
+                    break  # t: the target's token here, the bonus
+                c += 1
+            else:
+                t = f[t]  # every draft right: the bonus after them
+            out.append(c)
+            self.slots[i] = self._new() if done + c + 1 >= self.w.max_tokens else [t, done + c + 1]
+        return out
+
+
+@dataclass
 class Phase:
     batch_size: int
     tokens_per_stream: int          # the phase ends when batch_size x this many tokens are out
     rates: Sequence[float]          # true conditional per-position acceptance
     name: str = ""
+    walk: Walk | None = None        # or: acceptance from the construction's maps
 
 
 @dataclass
@@ -274,6 +317,7 @@ def simulate(arm: Arm, phases: Sequence[Phase], cost: Callable[[int, int], float
         ph = res.phases.setdefault(name, [0.0, 0.0])
         target = phase.batch_size * phase.tokens_per_stream
         done = 0
+        walk = WalkState(phase.walk) if phase.walk is not None else None
         while done < target:
             if bs != phase.batch_size:
                 bs += max(-ramp, min(ramp, phase.batch_size - bs))
@@ -284,7 +328,8 @@ def simulate(arm: Arm, phases: Sequence[Phase], cost: Callable[[int, int], float
             steps = arm.choose(bs, current)
             assert steps in arm.built, (arm.name, steps)
             current = steps
-            correct = [accepted(u, phase.rates, steps) for u in us]
+            correct = (walk.step(bs, steps) if walk is not None
+                       else [accepted(u, phase.rates, steps) for u in us])
             toks = bs + sum(correct)
             ms = cost(steps, bs) * jitter
             done += toks
@@ -439,6 +484,66 @@ def run(table_name: str, tokens: int, seed: int = 1) -> dict[str, Any]:
     return out
 
 
+MOE_R7 = REPO / "docs" / "data" / "h200-2026-12-02-r7" / "moe4" / "scan-moe" / "scan.json"
+# H200 round 7 (docs/gpu-results.md): per-stream decode medians at 1 and 8 streams, whole 1 -> 8 run
+H200_R7 = {"policy": (281.5, 190.9, 959), "static 3": (250.7, 197.8, 940), "static 6": (269.5, 182.5, 911),
+           "EMA, SGLang 0.5.16 default tiers": (259.9, 195.6, 943), "EMA, adaptive-write tiers": (250.4, 187.7, 874)}
+
+
+def run_walks(tokens_per_level: int = 1024, seed: int = 1, paths: int = 32) -> dict[str, Any]:
+    """Round 7's MoE comparison replayed on the construction's own maps (`tiny --shape moe
+    --acceptance 0.8`, seed 0) with the round-7 scan's cycle ms: the 1 -> 8 ladder (4 requests of
+    256 tokens per stream and level, as warm-up + 3 runs), once with every request on the one
+    chat path (what the H200 ran) and once cycling through the `tiny --paths N` prompts."""
+    import tempfile
+
+    from sglang_eagle3_ext.tiny import construct, tokenizer
+    from sglang_eagle3_ext.tiny import paths as tpaths
+
+    table, doc = table_named(str(MOE_R7))
+    cost = world_cost(table)
+    f, g, _ = construct.partial_maps(0.8, 0, 32000)
+    with tempfile.TemporaryDirectory() as tmp:  # the words a paths build picks
+        tokenizer.build_tokenizer(Path(tmp), template=tokenizer.TAIL_TEMPLATE)
+        words = tpaths.path_words(Path(tmp), f, paths)
+    cases = {"one chat path (what the H200 ran)": [198], f"tiny --paths {paths} prompts": [i for _, i in words]}
+    out: dict[str, Any] = {"table": str(MOE_R7.relative_to(REPO)), "seed": seed, "cases": {}}
+    for cname, lasts in cases.items():
+        phases = [Phase(1, tokens_per_level, [], "1", Walk(f, g, lasts)),
+                  Phase(8, tokens_per_level, [], "8", Walk(f, g, lasts))]
+        arms: list[Arm] = [PolicyArm(table),
+                           EmaArm("EMA, SGLang 0.5.16 default tiers", SGLANG_0516_DEFAULTS, table.graph_bs),
+                           EmaArm("EMA, adaptive-write tiers", written_tiers(table, [1, 8]), table.graph_bs)]
+        arms += [StaticArm(s) for s in table.candidates]
+        rows = {}
+        for arm in arms:
+            r = simulate(arm, phases, cost, seed)
+            rows[arm.name] = {"tok_s": round(r.tok_s, 1), "steps": dict(sorted(r.steps.items())),
+                              "per_stream": {k: round(v[0] * 1000.0 / v[1] / int(k), 1) for k, v in r.phases.items()}}
+        statics = {k: v for k, v in rows.items() if k.startswith("static")}
+        out["cases"][cname] = {"arms": rows, "best_static": max(statics, key=lambda k: statics[k]["tok_s"]),
+                               "best_static_at": {lv: max(statics, key=lambda k: statics[k]["per_stream"][lv])
+                                                  for lv in ("1", "8")}}
+    return out
+
+
+def render_walks(res: dict[str, Any]) -> str:
+    lines = [f"{res['table']}: the 1 -> 8 ladder on the MoE construction's maps, simulated (not measurements); "
+             "per-stream tok/s at 1 / 8 streams, whole run tok/s (decode only: no prefill, no gaps)"]
+    for cname, c in res["cases"].items():
+        base = c["arms"]["static 3"]["tok_s"]
+        lines.append(f"\n{cname}: best static over the run {c['best_static']}; best at 1 stream "
+                     f"{c['best_static_at']['1']}, at 8 {c['best_static_at']['8']}")
+        for name, r in c["arms"].items():
+            steps = " ".join(f"{s}:{n}" for s, n in r["steps"].items())
+            h = H200_R7.get(name) if cname.startswith("one") else None
+            meas = f"   H200: {h[0]:.1f} / {h[1]:.1f}, whole {h[2]} ({100 * (h[2] / H200_R7['static 3'][2] - 1):+.1f} %)" if h else ""
+            lines.append(f"  {name:<34} {r['per_stream']['1']:>6.1f} / {r['per_stream']['8']:>6.1f}   "
+                         f"whole {r['tok_s']:>7.1f} ({100 * (r['tok_s'] / base - 1):+5.1f} % vs static 3)"
+                         f"  cycles by steps {steps}{meas}")
+    return "\n".join(lines)
+
+
 def render(res: dict[str, Any]) -> str:
     lines = [f"table {res['table']}: simulated tok/s over all streams (steady loads: "
              f"{res['tokens_per_stream']} tokens per stream; transition phases half that; seed {res['seed']}); "
@@ -461,6 +566,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", type=int, default=4000, help="tokens per stream of a steady load")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--walks", action="store_true",
+                    help="round 7's H200 MoE ladder on the construction's maps: one path vs tiny --paths 32")
     ap.add_argument("--write-h200-scan", action="store_true",
                     help=f"rebuild {H200_SCAN.relative_to(REPO)} from the committed sweep and exit")
     a = ap.parse_args(argv)
@@ -468,6 +575,10 @@ def main(argv: list[str] | None = None) -> int:
         H200_SCAN.parent.mkdir(parents=True, exist_ok=True)
         H200_SCAN.write_text(json.dumps(make_scan_from_sweep(), indent=1) + "\n")
         print(f"wrote {H200_SCAN}")
+        return 0
+    if a.walks:
+        res = run_walks(seed=a.seed)
+        print(json.dumps(res, indent=1) if a.json else render_walks(res))
         return 0
     names = ["h200-8b-p08", "synthetic"] if a.table == "all" else [a.table]
     results = [run(n, a.tokens, a.seed) for n in names]

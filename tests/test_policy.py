@@ -599,3 +599,31 @@ def test_path_bias_of_the_acceptance_model_on_the_moe_construction(capsys):
         assert len(errs) == 4 and max(abs(e) for e in errs) < 2.0
         assert "1 stream(s), H200 MoE cycle ms: the model ranks 7 steps first, the chains 7 (right)" in case
         assert "8 stream(s), H200 MoE cycle ms: the model ranks 3 steps first, the chains 3 (right)" in case
+
+
+def test_walk_acceptance_is_the_constructions_greedy_decoding():
+    """policy_sim's Walk (acceptance from the tiny maps) gives, for one request, exactly
+    construct.simulate_request's verifies: the same greedy speculative decoding."""
+    from sglang_eagle3_ext.tiny import construct
+
+    f, g, _ = construct.partial_maps(0.8, 0, 32000)
+    for steps in (3, 7):
+        st = policy_sim.WalkState(policy_sim.Walk(f, g, [198], max_tokens=256))
+        verifies = 0
+        while st.next < 2:  # until the first request's slot is handed to the next prompt
+            st.step(1, steps)
+            verifies += 1
+        assert verifies == sum(construct.simulate_request(f, g, steps, 198, 256)[2])
+
+
+def test_walks_replay_round_7_and_predict_the_paths_build():
+    """benchmarks/policy_sim.py --walks (docs/adaptive.md): on the one chat path the best static
+    count changes with load (7 at 1 stream, 3 at 8) and the policy stays below static 3 at 8 (as
+    on the H200); cycling through the tiny --paths 32 prompts, the policy's whole 1 -> 8 run is
+    above every static count and both EMA configurations (a simulation, not a measurement)."""
+    res = policy_sim.run_walks()
+    one, many = res["cases"].values()
+    assert one["best_static_at"] == {"1": "static 7", "8": "static 3"}
+    assert one["arms"]["policy"]["per_stream"]["8"] < 0.98 * one["arms"]["static 3"]["per_stream"]["8"]
+    pol = many["arms"]["policy"]["tok_s"]
+    assert all(pol > r["tok_s"] for name, r in many["arms"].items() if name != "policy")
