@@ -441,6 +441,7 @@ def plan_moe2(out: Path) -> dict[str, server.Server]:
 
 SCAN_DIR = [C.REPO / "docs" / "data" / "h200-2026-12-02-r7" / "moe4" / "scan-moe"]  # moe4b / moe5b: --scan
 MOE_BUILDS = {"moe": MOE, "moep": [*MOE, "--paths", "32"]}
+STATIC1: list[int | None] = [None]  # moe4b / moe5b: --static1, the static count beside the default tiers
 
 
 def plan_moe4(out: Path, model: str = "moe") -> dict[str, server.Server]:
@@ -472,7 +473,7 @@ def plan_moe4b(out: Path, model: str = "moe") -> dict[str, server.Server]:
     shutil.copy(SCAN_DIR[0] / "scan.json", out / "scan-moe.json")
     shutil.copy(SCAN_DIR[0] / "adaptive.json", out / "adaptive-scan-moe.json")
     doc = json.loads((out / "scan-moe.json").read_text())
-    s1 = int(doc["best"]["1"]["steps"])
+    s1 = STATIC1[0] if STATIC1[0] is not None else int(doc["best"]["1"]["steps"])
     top = max(s for v in doc["adaptive"]["tiers"].values() for s in v)  # 0.5.16 starts at the largest
     pol = C.group("policy", model, "draft", [7], [1, 8])
     pol["launch"]["policy"] = str(out / "scan-moe.json")
@@ -562,7 +563,10 @@ def main() -> int:
     ap.add_argument("--hard-stop", type=float, default=565)
     ap.add_argument("--rehearse", action="store_true", help="CPU: reduced shapes and stand-in servers")
     ap.add_argument("--scan", type=Path, default=None, help="moe4b / moe5b: the scan-moe folder to read")
+    ap.add_argument("--static1", type=int, default=None,
+                    help="moe4b / moe5b: the static step count to run (default: the scan's best at 1 stream)")
     a = ap.parse_args()
+    STATIC1[0] = a.static1
     if a.scan is not None:
         SCAN_DIR[0] = a.scan.resolve()
     global REHEARSE
