@@ -42,6 +42,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from sglang_eagle3_ext.runtime import policy  # noqa: E402
+from sglang_eagle3_ext.tiny.construct import chain_verify  # noqa: E402
 
 H200_SCAN = REPO / "tests" / "data" / "policy" / "scan-h200-8b-p08.json"
 H200_SWEEP = REPO / "docs" / "data" / "h200-2026-12-01" / "8b-p08" / "p08"
@@ -231,17 +232,9 @@ class WalkState:
         while len(self.slots) < bs:
             self.slots.append(self._new())
         del self.slots[bs:]
-        f, g, out = self.w.f, self.w.g, []
+        out = []
         for i, (x, done) in enumerate(self.slots):
-            d = t = x
-            c = 0
-            for _ in range(steps):
-                d, t = g[d], f[t]
-                if d != t:
-                    break  # t: the target's token here, the bonus
-                c += 1
-            else:
-                t = f[t]  # every draft right: the bonus after them
+            c, t = chain_verify(self.w.f, self.w.g, x, steps)
             out.append(c)
             self.slots[i] = self._new() if done + c + 1 >= self.w.max_tokens else [t, done + c + 1]
         return out

@@ -92,6 +92,17 @@ def partial_maps(p: float, seed: int, draft_vocab: int) -> tuple[list[int], list
     return f, g, agree
 
 
+def chain_verify(f: list[int], g: list[int], x: int, steps: int) -> tuple[int, int]:
+    """One greedy topk-1 verify from token ``x``: (drafts accepted, the bonus token = the next
+    verify's start). The draft chains on its own guesses; the target on its tokens."""
+    d = t = x
+    for n in range(steps):
+        d, t = g[d], f[t]
+        if d != t:
+            return n, t  # t: the target's token here, the bonus
+    return steps, f[t]  # every draft right: the bonus after them
+
+
 def simulate_accept(f: list[int], g: list[int], steps: int, cycles: int = 4000,
                     start: int = 0) -> tuple[float, list[float]]:
     """Greedy speculative decoding with maps f (target) and g (draft, chained), topk 1.
@@ -103,24 +114,19 @@ def simulate_accept(f: list[int], g: list[int], steps: int, cycles: int = 4000,
     reached = [0] * steps
     accepted = [0] * steps
     for _ in range(cycles):
-        d, t = x, x
-        n = 0
-        for k in range(steps):
-            d = g[d]
-            t_next = f[t]
-            reached[k] += 1
-            if d != t_next:
-                t = t_next
-                break
-            accepted[k] += 1
-            n += 1
-            t = t_next
-        else:
-            t = f[t]  # bonus token after all drafts accepted
+        n, x = chain_verify(f, g, x, steps)
+        count_verify(n, steps, reached, accepted)
         total += n + 1
-        x = t
     rates = [a / r if r else 0.0 for a, r in zip(accepted, reached, strict=True)]
     return total / cycles, rates
+
+
+def count_verify(n: int, steps: int, reached: list[int], accepted: list[int]) -> None:
+    """A verify that accepted n drafts reached depths 0..min(n, steps - 1), accepted 0..n-1."""
+    for k in range(min(n + 1, steps)):
+        reached[k] += 1
+    for k in range(n):
+        accepted[k] += 1
 
 
 REQUEST_TOKENS = (256, 1000)  # request lengths tiny.json gives the chat expectation for (bench: 1000)
@@ -141,21 +147,11 @@ def simulate_request(f: list[int], g: list[int], steps: int, last_prompt_token: 
     hist = [0] * (steps + 1)
     reached, accepted = [0] * steps, [0] * steps
     while done < max_tokens:
-        d, t, n = x, x, 0
-        for k in range(steps):
-            d, t_next = g[d], f[t]
-            reached[k] += 1
-            t = t_next
-            if d != t_next:
-                break
-            accepted[k] += 1
-            n += 1
-        else:
-            t = f[t]  # bonus token after all drafts accepted
+        n, x = chain_verify(f, g, x, steps)
+        count_verify(n, steps, reached, accepted)
         hist[n] += 1
         verifies += 1
         done += n + 1
-        x = t
     rates = [a / r if r else 0.0 for a, r in zip(accepted, reached, strict=True)]
     return max_tokens / verifies, rates, hist
 

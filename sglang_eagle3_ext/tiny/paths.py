@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..runtime.errors import UserError
-from .construct import REQUEST_TOKENS, simulate_request
+from .construct import REQUEST_TOKENS, count_verify, simulate_request
 from .tokenizer import marker_words
 
 MAX_PATHS = 256
@@ -67,12 +67,9 @@ def paths_info(f: list[int], g: list[int], ids: list[int]) -> dict[str, Any]:
                 acc, _, hist = simulate_request(f, g, s, x, tokens)
                 mine.append(round(acc, 4))
                 verifies += sum(hist)
-                # hist[n] = verifies that accepted n drafts: those reached depths 0..n, accepted 0..n-1
-                for n, c in enumerate(hist):
-                    for k in range(min(n + 1, s)):
-                        reached[k] += c
-                    for k in range(n):
-                        accepted[k] += c
+                for n, c in enumerate(hist):  # hist[n]: verifies that accepted n drafts
+                    for _ in range(c):
+                        count_verify(n, s, reached, accepted)
             pooled[str(s)] = round(tokens * len(ids) / verifies, 4)
             rates_by[str(s)] = [round(a / r, 4) if r else 0.0 for a, r in zip(accepted, reached, strict=True)]
             per[str(s)] = mine
