@@ -8,7 +8,14 @@ t-interval over the runs (``--runs`` of the bench). Per level, the ladder's own 
 total tok/s are printed beside it. Several files (one per server: policy, SGLang's default tiers,
 `adaptive write` tiers, each static step count) are compared in one table.
 
-Run: python benchmarks/transition.py LADDER.json [LADDER.json ...] [--json]
+With ``--paired BASE``, the files are grouped by server (their folder's name: rounds
+``transition-r*.json`` of one server pool) and compared run by run. This holds for traffic whose
+run ``r`` sends the same prompts to every server (``bench --prompts`` on a ``tiny --paths`` build,
+temperature 0): per level and for the whole run, each server's median over rounds per run index,
+and its ratio to BASE's, run index by run index (mean and range). Host noise moves those medians
+by well under 1 %, where one run index differs from another by up to 25 %.
+
+Run: python benchmarks/transition.py LADDER.json [LADDER.json ...] [--json] [--paired BASE]
 """
 
 from __future__ import annotations
@@ -50,11 +57,84 @@ def whole_run(doc: dict[str, Any]) -> dict[str, Any]:
                        for lv in levels}}
 
 
+def by_run(doc: dict[str, Any]) -> dict[str, dict[int, float]]:
+    """Per level (and ``whole``): run index -> per-stream decode tok/s (whole: tokens / wall)."""
+    out: dict[str, dict[int, float]] = {}
+    tot: dict[int, list[float]] = {}
+    for lv in doc.get("levels") or []:
+        for r in (lv.get("bench") or {}).get("runs") or []:
+            if r.get("decode_tok_s") is not None:
+                out.setdefault(str(lv["concurrency"]), {})[int(r["index"])] = float(r["decode_tok_s"])
+            if r.get("completion_tokens") is not None and r.get("wall_s"):
+                acc = tot.setdefault(int(r["index"]), [0.0, 0.0])
+                acc[0] += float(r["completion_tokens"])
+                acc[1] += float(r["wall_s"])
+    out["whole"] = {i: t / w for i, (t, w) in tot.items()}
+    return out
+
+
+def paired(files: dict[str, list[dict[str, Any]]], base: str) -> dict[str, Any]:
+    """Server -> its rounds' ladders; per level: each server's median per run index over rounds
+    and its run-by-run ratio to ``base``."""
+    med: dict[str, dict[str, dict[int, float]]] = {}
+    for name, docs in files.items():
+        pooled: dict[str, dict[int, list[float]]] = {}
+        for d in docs:
+            for lvl, runs in by_run(d).items():
+                for i, v in runs.items():
+                    pooled.setdefault(lvl, {}).setdefault(i, []).append(v)
+        med[name] = {lvl: {i: statistics.median(v) for i, v in sorted(runs.items())} for lvl, runs in pooled.items()}
+    if base not in med:
+        raise ValueError(f"--paired {base}: no such server among {sorted(med)}")
+    out: dict[str, Any] = {}
+    for name, levels in med.items():
+        row = out[name] = {"rounds": len(files[name]), "levels": {}}
+        for lvl, runs in levels.items():
+            ref = med[base].get(lvl, {})
+            ratios = [runs[i] / ref[i] - 1 for i in runs if ref.get(i)]
+            row["levels"][lvl] = {"by_run": {i: round(v, 1) for i, v in runs.items()},
+                                  "vs_base_pct": round(100 * statistics.fmean(ratios), 2) if ratios else None,
+                                  "range_pct": [round(100 * min(ratios), 2), round(100 * max(ratios), 2)]
+                                  if ratios else None}
+    return out
+
+
+def print_paired(got: dict[str, Any], base: str) -> None:
+    print(f"paired by run index (median over each server's rounds); vs {base}: mean of the run-by-run "
+          "ratios [range]")
+    levels = list(next(iter(got.values()))["levels"])
+    for lvl in levels:
+        what = "whole run, tokens / wall" if lvl == "whole" else f"{lvl} stream(s), per-stream decode"
+        print(f"  {what}:")
+        for name, row in got.items():
+            cell = row["levels"].get(lvl)
+            if cell is None:
+                continue
+            runs = "  ".join(f"{v:8.1f}" for v in cell["by_run"].values())
+            vs = "" if name == base or cell["vs_base_pct"] is None else \
+                f"  {cell['vs_base_pct']:+.2f} % [{cell['range_pct'][0]:+.2f}, {cell['range_pct'][1]:+.2f}]"
+            print(f"    {name:14s} ({row['rounds']} rounds) {runs}{vs}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("ladders", nargs="+", type=Path)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--paired", metavar="BASE", help="compare servers (the files' folder names) run by run against BASE")
     a = ap.parse_args(argv)
+    if a.paired:
+        groups: dict[str, list[dict[str, Any]]] = {}
+        try:
+            for p in a.ladders:
+                groups.setdefault(p.resolve().parent.name, []).append(json.loads(p.read_text()))
+            got = paired(groups, a.paired)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"transition: {exc}", file=sys.stderr)
+            return 2
+        print(json.dumps(got, indent=1) if a.json else "", end="\n" if a.json else "")
+        if not a.json:
+            print_paired(got, a.paired)
+        return 0
     out = {}
     for p in a.ladders:
         try:

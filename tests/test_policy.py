@@ -555,6 +555,32 @@ def test_transition_figure_from_committed_ladders():
         transition.whole_run({"levels": []})
 
 
+def test_transition_paired_by_run_index(capsys):
+    """benchmarks/transition.py --paired on the H200 round-8 MoE ladders (every server sent the
+    same `tiny --paths` prompts as run r of a level): per server and level, the median over its
+    rounds per run index, and the run-by-run ratio to the base server; an unknown base is one line
+    and exit 2."""
+    import statistics
+
+    import transition
+
+    files = sorted((REPO / "docs/data/h200-2026-12-02-r8/moe5").glob("*/transition-r*.json"))
+    got = transition.paired({n: [json.loads(p.read_text()) for p in files if p.parent.name == n]
+                             for n in ("policy", "static3")}, "static3")
+    want = {}
+    for name in ("policy", "static3"):
+        per = [next(r["decode_tok_s"] for lv in json.loads(p.read_text())["levels"] if lv["concurrency"] == 8
+                    for r in lv["bench"]["runs"] if r["index"] == 2) for p in files if p.parent.name == name]
+        want[name] = statistics.median(per)
+    assert got["policy"]["levels"]["8"]["by_run"][2] == pytest.approx(want["policy"], abs=0.05)
+    lo, hi = got["policy"]["levels"]["whole"]["range_pct"]
+    assert got["policy"]["rounds"] == 2 and lo <= got["policy"]["levels"]["whole"]["vs_base_pct"] <= hi
+    assert got["static3"]["levels"]["1"]["vs_base_pct"] == 0.0
+    assert transition.main([*map(str, files), "--paired", "static9"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no such server" in err[0]
+
+
 def test_server_refuses_a_policy_that_was_not_applied(tmp_path):
     """A LaunchConfig with ``policy`` set but never passed through flags.validate (no adaptive
     config, no SGLANG_EAGLE3_POLICY) would start a static server that looks like the policy: the

@@ -15,7 +15,8 @@ pre-started servers, /metrics scrapes, a hard stop that always packs what exists
 - ``moe4`` / ``moe4b`` (round 7): the MoE scan 3..7 and our policy against static 3, the static
   count best at 1 stream and both EMAs; ``moe5`` / ``moe5b``: the same on a ``tiny --paths 32``
   build, every request cycling through its prompts; ``long``: single-stream 3072-token tree
-  replays, then the 8B policy beside static 5.
+  replays, then the 8B policy beside static 5; ``8bp`` (round 8): the 8B policy beside static 5
+  on a ``--paths 32`` build, paired run by run.
 
     tools/gpu/run.sh python3 tools/gpu/scan_campaign.py --plan scan-8b --out $OUT
 """
@@ -148,7 +149,7 @@ def plan_scan_8b(out: Path) -> dict[str, server.Server]:
 
 def transition(sv: server.Server, path: Path) -> None:
     """Phases of low and high load in one run on one server (benchmarks/transition.py reads it)."""
-    C.run([*C.CLI, "bench", "--url", sv.url, "--concurrency", "1,32,8,64", "--runs", "3", "--warmup", "1",
+    C.run([*C.CLI, "bench", "--url", sv.url, *PROMPTS, "--concurrency", "1,32,8,64", "--runs", "3", "--warmup", "1",
            "--max-tokens", "256", "--ignore-eos", "--label", f"{sv.cfg.name} transition", "--out", str(path)],
           path.with_suffix(".txt"), timeout=150)
 
@@ -542,6 +543,35 @@ def plan_long(out: Path) -> dict[str, server.Server]:
     return started
 
 
+def plan_8bp(out: Path) -> dict[str, server.Server]:
+    """Issue 25's 8B goals the same day as moe5: the policy (round 4's table) beside static 5 on a
+    ``tiny --paths 32`` build, round 6's transition (1 -> 32 -> 8 -> 64 streams) for as many rounds
+    as fit, the order reversed each round. Run ``r`` of a level sends the same prompts to both
+    servers, so the two compare run by run (round 7's -2.0 % at 64 streams was between two servers
+    both running 5 steps)."""
+    for old in {"8b", "tree", "regions", "moe", "moep"}:
+        shutil.rmtree(C.WORK / old, ignore_errors=True)
+    PROMPTS[:] = ["--prompts", str(C.WORK / "8bp" / "prompts-paths.jsonl")]
+    build({"8bp": [*P08, "--paths", "32"]}, out)
+    shutil.copy(SCAN_R4 / "scan.json", out / "scan.json")
+    conc = [1, 8, 32, 64]
+    pol = C.group("policy", "8bp", "draft", [5], conc)
+    pol["launch"]["policy"] = str(out / "scan.json")
+    specs, cfgs = specs_for([C.group("static5", "8bp", "draft", [5], conc), pol], out, 31100)
+    started = C.start_all(cfgs, stagger=0 if REHEARSE else 8)
+    checkpoint()
+    names = [(spec.name, started.get(f"{spec.name}-{spec.configs[0].slug}")) for spec in specs]
+    for name, sv in names:
+        if sv is not None and sv.is_running():
+            warm(out, name, sv)
+    rounds(names, 8, lambda name, sv, rnd: transition(sv, out / name / f"transition-r{rnd}.json"), 505)
+    for name, sv in names:
+        if sv is not None and sv.is_running():
+            C.scrape(sv, out / name / "metrics.txt")
+    checkpoint()
+    return started
+
+
 def moe_ladder(out: Path, name: str, sv: server.Server, rnd: int) -> None:
     """The MoE plans' workload: 1 -> 8 streams, 3 runs a level, 256 tokens."""
     C.run([*C.CLI, "bench", "--url", sv.url, *PROMPTS, "--concurrency", "1,8", "--runs", "3", "--warmup", "1",
@@ -553,7 +583,8 @@ def moe_ladder(out: Path, name: str, sv: server.Server, rnd: int) -> None:
 PLANS = {"scan-8b": plan_scan_8b, "adapt-8b": plan_adapt_8b, "final": plan_final,
          "trees2": plan_trees2, "adapt2-8b": plan_adapt2_8b, "moe2": plan_moe2,
          "adapt3-8b": plan_adapt3_8b, "moe3": plan_moe3, "trees3": plan_trees3,
-         "moe4": plan_moe4, "moe4b": plan_moe4b, "long": plan_long, "moe5": plan_moe5, "moe5b": plan_moe5b}
+         "moe4": plan_moe4, "moe4b": plan_moe4b, "long": plan_long, "moe5": plan_moe5, "moe5b": plan_moe5b,
+         "8bp": plan_8bp}
 
 
 def main() -> int:

@@ -6,13 +6,14 @@
 #   tools/gpu/slim.sh in     # after it (git status is clean again)
 # The plans read docs/data/h200-2026-12-01-r4/scan-8b/scan (adapt*-8b) and
 # docs/data/h200-2026-12-02-r5/moe2/scan-moe (moe3) and docs/data/h200-2026-12-02-r7/moe4/scan-moe
-# (moe4b): those stay.
+# (moe4b) and docs/data/h200-2026-12-02-r8/moe5/scan-moe (moe5b): those stay.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 HOLD="${SLIM_HOLD:-$HOME/.cache/sglang-eagle3-ext/slim}"
 MOVE=(docs/data/h200-2026-11-29 docs/data/h200-2026-12-01 docs/data/h200-2026-12-02-r5/adapt2-8b
       docs/data/h200-2026-12-02-r5/trees2 docs/data/h200-2026-12-02-r6
-      docs/data/h200-2026-12-02-r7/moe4b docs/data/h200-2026-12-02-r7/long)
+      docs/data/h200-2026-12-02-r7/moe4b docs/data/h200-2026-12-02-r7/long
+      docs/data/h200-2026-12-02-r8/moe5b docs/data/h200-2026-12-02-r8/8bp)
 case "${1:-}" in
   out)
     for d in "${MOVE[@]}"; do
