@@ -481,26 +481,34 @@ MOE_R7 = REPO / "docs" / "data" / "h200-2026-12-02-r7" / "moe4" / "scan-moe" / "
 # H200 round 7 (docs/gpu-results.md): per-stream decode medians at 1 and 8 streams, whole 1 -> 8 run
 H200_R7 = {"policy": (281.5, 190.9, 959), "static 3": (250.7, 197.8, 940), "static 6": (269.5, 182.5, 911),
            "EMA, SGLang 0.5.16 default tiers": (259.9, 195.6, 943), "EMA, adaptive-write tiers": (250.4, 187.7, 874)}
+MOE_R8 = REPO / "docs" / "data" / "h200-2026-12-02-r8" / "moe5" / "scan-moe" / "scan.json"
+# H200 round 8 on the paths build: per level the mean over the 3 run indices (each a fixed set of
+# prompts) of the median over rounds; whole run the same (benchmarks/transition.py --paired)
+H200_R8 = {"policy": (249.0, 157.9, 786.4), "static 3": (231.0, 158.0, 762.4), "static 7": (249.7, 156.9, 755.4),
+           "EMA, SGLang 0.5.16 default tiers": (235.5, 158.1, 764.5), "EMA, adaptive-write tiers": (234.9, 158.0, 765.9)}
+MEASURED = {MOE_R7: ("one", H200_R7), MOE_R8: ("tiny", H200_R8)}
 
 
-def run_walks(tokens_per_level: int = 1024, seed: int = 1, paths: int = 32) -> dict[str, Any]:
+def run_walks(tokens_per_level: int = 1024, seed: int = 1, paths: int = 32, scan: Path = MOE_R7) -> dict[str, Any]:
     """Round 7's MoE comparison replayed on the construction's own maps (`tiny --shape moe
     --acceptance 0.8`, seed 0) with the round-7 scan's cycle ms: the 1 -> 8 ladder (4 requests of
     256 tokens per stream and level, as warm-up + 3 runs), once with every request on the one
-    chat path (what the H200 ran) and once cycling through the `tiny --paths N` prompts."""
+    chat path (what the H200 ran) and once cycling through the `tiny --paths N` prompts. ``scan``:
+    whose cycle ms (round 8's, measured on the paths traffic: its H200 figures go beside that case)."""
     import tempfile
 
     from sglang_eagle3_ext.tiny import construct, tokenizer
     from sglang_eagle3_ext.tiny import paths as tpaths
 
-    table, doc = table_named(str(MOE_R7))
+    table, doc = table_named(str(scan))
     cost = world_cost(table)
     f, g, _ = construct.partial_maps(0.8, 0, 32000)
     with tempfile.TemporaryDirectory() as tmp:  # the words a paths build picks
         tokenizer.build_tokenizer(Path(tmp), template=tokenizer.TAIL_TEMPLATE)
         words = tpaths.path_words(Path(tmp), f, paths)
     cases = {"one chat path (what the H200 ran)": [198], f"tiny --paths {paths} prompts": [i for _, i in words]}
-    out: dict[str, Any] = {"table": str(MOE_R7.relative_to(REPO)), "seed": seed, "cases": {}}
+    out: dict[str, Any] = {"table": str(scan.resolve().relative_to(REPO)) if scan.resolve().is_relative_to(REPO)
+                           else str(scan), "seed": seed, "cases": {}}
     for cname, lasts in cases.items():
         phases = [Phase(1, tokens_per_level, [], "1", Walk(f, g, lasts)),
                   Phase(8, tokens_per_level, [], "8", Walk(f, g, lasts))]
@@ -529,8 +537,9 @@ def render_walks(res: dict[str, Any]) -> str:
                      f"{c['best_static_at']['1']}, at 8 {c['best_static_at']['8']}")
         for name, r in c["arms"].items():
             steps = " ".join(f"{s}:{n}" for s, n in r["steps"].items())
-            h = H200_R7.get(name) if cname.startswith("one") else None
-            meas = f"   H200: {h[0]:.1f} / {h[1]:.1f}, whole {h[2]} ({100 * (h[2] / H200_R7['static 3'][2] - 1):+.1f} %)" if h else ""
+            case, fig = MEASURED.get(REPO / res["table"], ("", {}))
+            h = fig.get(name) if case and cname.startswith(case) else None
+            meas = f"   H200: {h[0]:.1f} / {h[1]:.1f}, whole {h[2]:.0f} ({100 * (h[2] / fig['static 3'][2] - 1):+.1f} %)" if h else ""
             lines.append(f"  {name:<34} {r['per_stream']['1']:>6.1f} / {r['per_stream']['8']:>6.1f}   "
                          f"whole {r['tok_s']:>7.1f} ({100 * (r['tok_s'] / base - 1):+5.1f} % vs static 3)"
                          f"  cycles by steps {steps}{meas}")
@@ -559,8 +568,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", type=int, default=4000, help="tokens per stream of a steady load")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--walks", action="store_true",
-                    help="round 7's H200 MoE ladder on the construction's maps: one path vs tiny --paths 32")
+    ap.add_argument("--walks", nargs="?", const=str(MOE_R7), default=None, metavar="SCAN",
+                    help="the H200 MoE 1 -> 8 ladder on the construction's maps, one path vs tiny --paths 32, "
+                         f"on SCAN's cycle ms (default round 7's; round 8's: {MOE_R8.relative_to(REPO)})")
     ap.add_argument("--write-h200-scan", action="store_true",
                     help=f"rebuild {H200_SCAN.relative_to(REPO)} from the committed sweep and exit")
     a = ap.parse_args(argv)
@@ -570,7 +580,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {H200_SCAN}")
         return 0
     if a.walks:
-        res = run_walks(seed=a.seed)
+        res = run_walks(seed=a.seed, scan=Path(a.walks))
         print(json.dumps(res, indent=1) if a.json else render_walks(res))
         return 0
     names = ["h200-8b-p08", "synthetic"] if a.table == "all" else [a.table]
