@@ -524,18 +524,26 @@ def plan_long(out: Path) -> dict[str, server.Server]:
         sv.stop(grace=3)
     shutil.rmtree(C.WORK / "tree", ignore_errors=True)
     build({"8b": P08}, out)
+    started.update(policy_beside_static5(out, "8b", 4, 520, first_alone=False))
+    return started
+
+
+def policy_beside_static5(out: Path, model: str, n: int, deadline: float, *, first_alone: bool = True
+                          ) -> dict[str, server.Server]:
+    """The 8B P 0.8 policy (round 4's table) and static 5 started together, one warm-up ladder
+    each, then ``n`` rounds of the 1 -> 32 -> 8 -> 64 transition (none after ``deadline`` s)."""
     shutil.copy(SCAN_R4 / "scan.json", out / "scan.json")
-    pol = C.group("policy", "8b", "draft", [5], [1, 8, 32, 64])
+    conc = [1, 8, 32, 64]
+    pol = C.group("policy", model, "draft", [5], conc)
     pol["launch"]["policy"] = str(out / "scan.json")
-    specs, cfgs = specs_for([C.group("static5", "8b", "draft", [5], [1, 8, 32, 64]), pol], out, 31100)
-    now = C.start_all(cfgs, stagger=0 if REHEARSE else 8, first_alone=False)
-    started.update(now)
+    specs, cfgs = specs_for([C.group("static5", model, "draft", [5], conc), pol], out, 31100)
+    started = C.start_all(cfgs, stagger=0 if REHEARSE else 8, first_alone=first_alone)
     checkpoint()
-    names = [(spec.name, now.get(f"{spec.name}-{spec.configs[0].slug}")) for spec in specs]
+    names = [(spec.name, started.get(f"{spec.name}-{spec.configs[0].slug}")) for spec in specs]
     for name, sv in names:
         if sv is not None and sv.is_running():
             warm(out, name, sv)
-    rounds(names, 4, lambda name, sv, rnd: transition(sv, out / name / f"transition-r{rnd}.json"), 520)
+    rounds(names, n, lambda name, sv, rnd: transition(sv, out / name / f"transition-r{rnd}.json"), deadline)
     for name, sv in names:
         if sv is not None and sv.is_running():
             C.scrape(sv, out / name / "metrics.txt")
@@ -553,23 +561,7 @@ def plan_8bp(out: Path) -> dict[str, server.Server]:
         shutil.rmtree(C.WORK / old, ignore_errors=True)
     PROMPTS[:] = ["--prompts", str(C.WORK / "8bp" / "prompts-paths.jsonl")]
     build({"8bp": [*P08, "--paths", "32"]}, out)
-    shutil.copy(SCAN_R4 / "scan.json", out / "scan.json")
-    conc = [1, 8, 32, 64]
-    pol = C.group("policy", "8bp", "draft", [5], conc)
-    pol["launch"]["policy"] = str(out / "scan.json")
-    specs, cfgs = specs_for([C.group("static5", "8bp", "draft", [5], conc), pol], out, 31100)
-    started = C.start_all(cfgs, stagger=0 if REHEARSE else 8)
-    checkpoint()
-    names = [(spec.name, started.get(f"{spec.name}-{spec.configs[0].slug}")) for spec in specs]
-    for name, sv in names:
-        if sv is not None and sv.is_running():
-            warm(out, name, sv)
-    rounds(names, 8, lambda name, sv, rnd: transition(sv, out / name / f"transition-r{rnd}.json"), 505)
-    for name, sv in names:
-        if sv is not None and sv.is_running():
-            C.scrape(sv, out / name / "metrics.txt")
-    checkpoint()
-    return started
+    return policy_beside_static5(out, "8bp", 8, 505)
 
 
 def moe_ladder(out: Path, name: str, sv: server.Server, rnd: int) -> None:
