@@ -410,7 +410,10 @@ def table_named(name: str) -> tuple[policy.ScanTable, dict[str, Any]]:
     elif name == "h200-8b-p08":
         doc = json.loads(H200_SCAN.read_text())
     else:
-        doc = json.loads(Path(name).read_text())
+        try:
+            doc = json.loads(Path(name).read_text())
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{name}: not a readable scan result ({exc})") from None
     return policy.table_from_doc(doc, source=name), doc
 
 
@@ -579,12 +582,16 @@ def main(argv: list[str] | None = None) -> int:
         H200_SCAN.write_text(json.dumps(make_scan_from_sweep(), indent=1) + "\n")
         print(f"wrote {H200_SCAN}")
         return 0
-    if a.walks:
-        res = run_walks(seed=a.seed, scan=Path(a.walks))
-        print(json.dumps(res, indent=1) if a.json else render_walks(res))
-        return 0
-    names = ["h200-8b-p08", "synthetic"] if a.table == "all" else [a.table]
-    results = [run(n, a.tokens, a.seed) for n in names]
+    try:
+        if a.walks:
+            res = run_walks(seed=a.seed, scan=Path(a.walks))
+            print(json.dumps(res, indent=1) if a.json else render_walks(res))
+            return 0
+        names = ["h200-8b-p08", "synthetic"] if a.table == "all" else [a.table]
+        results = [run(n, a.tokens, a.seed) for n in names]
+    except (ValueError, KeyError, TypeError) as exc:
+        print(f"policy_sim: {exc}", file=sys.stderr)
+        return 2
     if a.json:
         print(json.dumps(results, indent=1))
     else:

@@ -126,9 +126,12 @@ def main(argv: list[str] | None = None) -> int:
         groups: dict[str, list[dict[str, Any]]] = {}
         try:
             for p in a.ladders:
-                groups.setdefault(p.resolve().parent.name, []).append(json.loads(p.read_text()))
+                try:
+                    groups.setdefault(p.resolve().parent.name, []).append(json.loads(p.read_text()))
+                except (OSError, ValueError) as exc:
+                    raise ValueError(f"{p}: {exc}") from None
             got = paired(groups, a.paired)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError) as exc:
             print(f"transition: {exc}", file=sys.stderr)
             return 2
         print(json.dumps(got, indent=1) if a.json else "", end="\n" if a.json else "")

@@ -668,3 +668,14 @@ def test_walks_on_round_8_costs_match_the_h200_choice():
         assert pol["per_stream"][lv] >= 0.99 * many["arms"][best]["per_stream"][lv]
     assert all(pol["tok_s"] > r["tok_s"] for name, r in many["arms"].items() if name != "policy")
     assert {3, 7} <= set(pol["steps"])
+
+
+def test_policy_sim_bad_scan_is_one_line(tmp_path, capsys):
+    """benchmarks/policy_sim.py on a missing, binary or foreign file: one line naming it, exit 2."""
+    (tmp_path / "bin.json").write_bytes(b"\x00\xff")
+    (tmp_path / "other.json").write_text('{"schema": "x"}')
+    for args in (["--walks", str(tmp_path / "none.json")], ["--walks", str(tmp_path / "bin.json")],
+                 ["--table", str(tmp_path / "other.json")]):
+        assert policy_sim.main(args) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and str(tmp_path) in err[0], err
