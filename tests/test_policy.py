@@ -668,6 +668,18 @@ def test_walks_on_round_8_costs_match_the_h200_choice():
         assert pol["per_stream"][lv] >= 0.99 * many["arms"][best]["per_stream"][lv]
     assert all(pol["tok_s"] > r["tok_s"] for name, r in many["arms"].items() if name != "policy")
     assert {3, 7} <= set(pol["steps"])
+    # the H200 figures printed beside it are the committed ladders' (transition.py --paired)
+    import transition
+
+    folders = {"policy": "policy", "static 3": "static3", "static 7": "static7",
+               "EMA, SGLang 0.5.16 default tiers": "ema-default", "EMA, adaptive-write tiers": "ema-scan"}
+    files = sorted((REPO / "docs/data/h200-2026-12-02-r8").glob("moe5*/*/transition-r*.json"))
+    got = transition.paired({f: [json.loads(p.read_text()) for p in files if p.parent.name == f]
+                             for f in folders.values()}, "static3")
+    for arm, fig in policy_sim.H200_R8.items():
+        lv = got[folders[arm]]["levels"]
+        for i, key in enumerate(("1", "8", "whole")):
+            assert sum(lv[key]["by_run"].values()) / 3 == pytest.approx(fig[i], abs=0.1), (arm, key)
 
 
 def test_policy_sim_bad_scan_is_one_line(tmp_path, capsys):
