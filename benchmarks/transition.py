@@ -123,14 +123,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--paired", metavar="BASE", help="compare servers (the files' folder names) run by run against BASE")
     a = ap.parse_args(argv)
+    docs: list[tuple[Path, dict[str, Any]]] = []
+    for p in a.ladders:
+        try:
+            docs.append((p, json.loads(p.read_text())))
+        except (OSError, ValueError) as exc:
+            print(f"{p}: {exc}", file=sys.stderr)
+            return 2
     if a.paired:
         groups: dict[str, list[dict[str, Any]]] = {}
+        for p, doc in docs:
+            groups.setdefault(p.resolve().parent.name, []).append(doc)
         try:
-            for p in a.ladders:
-                try:
-                    groups.setdefault(p.resolve().parent.name, []).append(json.loads(p.read_text()))
-                except (OSError, ValueError) as exc:
-                    raise ValueError(f"{p}: {exc}") from None
             got = paired(groups, a.paired)
         except (ValueError, KeyError, TypeError) as exc:
             print(f"transition: {exc}", file=sys.stderr)
@@ -141,10 +145,10 @@ def main(argv: list[str] | None = None) -> int:
             print_paired(got, a.paired)
         return 0
     out = {}
-    for p in a.ladders:
+    for p, doc in docs:
         try:
-            out[str(p)] = whole_run(json.loads(p.read_text()))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            out[str(p)] = whole_run(doc)
+        except (ValueError, KeyError, TypeError) as exc:
             print(f"{p}: {exc}", file=sys.stderr)
             return 2
     if a.json:
