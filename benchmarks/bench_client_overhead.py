@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sglang_eagle3_ext import bench  # noqa: E402
+from sglang_eagle3_ext.measure import bench  # noqa: E402
 
 
 def free_port() -> int:

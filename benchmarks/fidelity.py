@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sglang_eagle3_ext import profile_log  # noqa: E402
+from sglang_eagle3_ext.measure import profile_log  # noqa: E402
 
 
 def rows(sweep_dir: Path) -> list[dict]:

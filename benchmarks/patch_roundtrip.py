@@ -14,9 +14,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from sglang_eagle3_ext import releases
 from sglang_eagle3_ext.patcher import engine
 from sglang_eagle3_ext.runtime.sglang_env import locate
+from sglang_eagle3_ext.serve import releases
 
 
 def roundtrip(root: Path, aux: str | None) -> tuple[float, float, int]:

@@ -419,7 +419,7 @@ def table_named(name: str) -> tuple[policy.ScanTable, dict[str, Any]]:
 
 def written_tiers(table: policy.ScanTable, levels: Sequence[int]) -> dict[int, dict[str, Any]]:
     """What `adaptive write` chooses from this table (per level: within 5 % of the best)."""
-    from sglang_eagle3_ext import adaptive
+    from sglang_eagle3_ext.tune import adaptive
 
     per_stream = {bs: {s: v * 1000.0 for s in table.candidates
                        if (v := table.table_rate(s, bs)) is not None} for bs in levels}

@@ -32,7 +32,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sglang_eagle3_ext import profile_log, scan  # noqa: E402
+from sglang_eagle3_ext.measure import profile_log  # noqa: E402
+from sglang_eagle3_ext.tune import scan  # noqa: E402
 
 DEFAULT = ROOT / "docs" / "data" / "h200-2026-12-01-r4" / "scan-8b"
 

@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args._run(args) or 0)
     except UserError as exc:
-        from .console import err
+        from .commands.console import err
 
         # markup off for the message: paths and flags like "[2, 30]" must print verbatim
         err.print("[bold red]error:[/] ", end="", highlight=False)
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # noqa: BLE001 - last resort: a bug of ours is still one line
-        from .console import err
+        from .commands.console import err
         from .runtime.settings import DEBUG
 
         if DEBUG.get():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_eagle3_ext import releases
+from sglang_eagle3_ext.serve import releases
 
 REPO = Path(__file__).resolve().parent.parent
 SHIMS = Path(__file__).resolve().parent / "shims"

@@ -19,8 +19,10 @@ import pytest
 from conftest import requires_sglang, subprocess_env
 from test_flags import write_model
 
-from sglang_eagle3_ext import adaptive, cli, releases
+from sglang_eagle3_ext import cli
 from sglang_eagle3_ext.runtime.errors import UserError
+from sglang_eagle3_ext.serve import releases
+from sglang_eagle3_ext.tune import adaptive
 
 ADAPTIVE_RELEASES = ("0.5.12.post1", "0.5.13", "0.5.16", "0.5.19", "0.5.23")
 # The issue's 8B-shape figures (per-stream tok/s): speculation stops paying at 64 streams.
@@ -245,8 +247,8 @@ def test_preset_key_adaptive(models, tmp_path, capsys):
 def test_sglang_0_5_23_own_checks_accept_what_launch_builds(models):
     """SGLang 0.5.23's own prepare_server_args + resolution (one child Python, CPU: --device cuda
     added by the checker) on the argv `launch --adaptive` builds, and on one it would refuse."""
-    from sglang_eagle3_ext import flags, server
     from sglang_eagle3_ext.runtime.sglang_env import locate
+    from sglang_eagle3_ext.serve import flags, server
 
     env = locate()
     cfg = server.LaunchConfig(model=models["t"], draft=models["d"], adaptive=models["cfg"], tp=8)
@@ -265,8 +267,8 @@ def test_sglang_0_5_23_own_checks_accept_what_launch_builds(models):
 def test_hold_support_per_release(version):
     """adaptive_format.hold_support on the real trees: 0.5.13+ hold (step 0 from 0.5.16, asked of
     the release's own loader); 0.5.12.post1 and older refuse with the reason and point at sweep."""
-    from sglang_eagle3_ext import adaptive_format
     from sglang_eagle3_ext.runtime.sglang_env import locate, parse_version
+    from sglang_eagle3_ext.serve import adaptive_format
 
     env = locate(str(releases.fetch(version)))
     v = parse_version(version)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_eagle3_ext import analysis
+from sglang_eagle3_ext.measure import analysis
 from sglang_eagle3_ext.runtime.errors import UserError
 
 

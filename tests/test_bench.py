@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from standin_openai import StandIn
 
-from sglang_eagle3_ext import bench, cli
+from sglang_eagle3_ext import cli
+from sglang_eagle3_ext.measure import bench
 
 REPO = Path(__file__).resolve().parents[1]
 

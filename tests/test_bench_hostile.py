@@ -13,7 +13,8 @@ import pytest
 from hostile_http import SSE_HEAD, Hostile, chat_script, good_chunks, json_answer, sse
 from standin_openai import StandIn
 
-from sglang_eagle3_ext import bench, cli
+from sglang_eagle3_ext import cli
+from sglang_eagle3_ext.measure import bench
 
 BUG = "a bug in sgl-eagle3"
 

@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 from standin_openai import StandIn
 
-from sglang_eagle3_ext import bench, cli, compare
-from sglang_eagle3_ext.prompts import parse_prompts
+from sglang_eagle3_ext import cli
+from sglang_eagle3_ext.measure import bench, compare
+from sglang_eagle3_ext.measure.prompts import parse_prompts
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -73,7 +74,7 @@ def test_ladder_one_bench_per_level(tmp_path, capsys):
 
 def test_ladder_plot(tmp_path):
     pytest.importorskip("matplotlib")
-    from sglang_eagle3_ext.plot import plot_ladders
+    from sglang_eagle3_ext.measure.plot import plot_ladders
 
     doc = {"label": "x", "levels": [{"summary": {"concurrency": c, "per_stream_tok_s": 100 / c,
                                                  "throughput_tok_s": 100.0}} for c in (1, 2, 4)]}

@@ -15,7 +15,8 @@ import socket
 import pytest
 from conftest import requires_sglang, subprocess_env
 
-from sglang_eagle3_ext import bench, server
+from sglang_eagle3_ext.measure import bench
+from sglang_eagle3_ext.serve import server
 
 pytestmark = [pytest.mark.slow, pytest.mark.sglang, requires_sglang]
 

@@ -16,7 +16,8 @@ import json
 
 import pytest
 
-from sglang_eagle3_ext import bench, cli, compare
+from sglang_eagle3_ext import cli
+from sglang_eagle3_ext.measure import bench, compare
 
 SEEDS = [
     # label, per-run decode tok/s (avg, peak = seeds), accept length (incl. bonus) or None

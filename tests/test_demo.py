@@ -82,7 +82,7 @@ def test_auto_route_prefers_plugin(release_copy, tmp_path, capsys, monkeypatch):
 @pytest.mark.parametrize("argv", [["--steps", "0"], ["--acceptance", "2"], ["--runs", "0"],
                                   ["--server-args", "'unclosed"]])
 def test_bad_input_exits_2_before_anything(argv, tmp_path):
-    from sglang_eagle3_ext import releases
+    from sglang_eagle3_ext.serve import releases
 
     out = tmp_path / "d"
     root = releases.fetch("0.5.16")
@@ -91,7 +91,7 @@ def test_bad_input_exits_2_before_anything(argv, tmp_path):
 
 
 def test_plugin_route_on_old_release_is_refused(tmp_path):
-    from sglang_eagle3_ext import releases
+    from sglang_eagle3_ext.serve import releases
 
     root = releases.fetch("0.5.9")
     assert cli.main(["demo", "--sglang-root", str(root), "--route", "plugin",
@@ -129,7 +129,7 @@ while True:
 def test_live_flow_patches_launches_benches_profiles_stops_and_reverts(
         release_copy, tmp_path, capsys, monkeypatch):
     """Only the GPU server is a stand-in; the patch is applied to (and reverted from) a real tree."""
-    from sglang_eagle3_ext import server as srv
+    from sglang_eagle3_ext.serve import server as srv
 
     mod_dir = tmp_path / "mods"
     mod_dir.mkdir()

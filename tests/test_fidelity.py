@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from sglang_eagle3_ext import profile_log, sweep
-from sglang_eagle3_ext.profile_log import ProfileRun
+from sglang_eagle3_ext.measure import profile_log
+from sglang_eagle3_ext.measure.profile_log import ProfileRun
+from sglang_eagle3_ext.tune import sweep
 
 REPO = Path(__file__).resolve().parent.parent
 P08 = REPO / "docs" / "data" / "h200-2026-12-01" / "8b-p08" / "p08"

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from sglang_eagle3_ext import flags, releases
 from sglang_eagle3_ext.runtime.errors import UserError
 from sglang_eagle3_ext.runtime.sglang_env import locate
-from sglang_eagle3_ext.server import LaunchConfig
+from sglang_eagle3_ext.serve import flags, releases
+from sglang_eagle3_ext.serve.server import LaunchConfig
 
 LLAMA = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
          "num_key_value_heads": 2, "num_hidden_layers": 4, "vocab_size": 512,

@@ -11,9 +11,9 @@ import pytest
 from conftest import requires_sglang, subprocess_env
 from test_flags import write_model
 
-from sglang_eagle3_ext import flags, server
 from sglang_eagle3_ext.runtime.errors import UserError
 from sglang_eagle3_ext.runtime.sglang_env import locate
+from sglang_eagle3_ext.serve import flags, server
 
 pytestmark = [pytest.mark.sglang, requires_sglang]
 RESULTS: dict[str, dict] = {}

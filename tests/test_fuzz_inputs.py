@@ -219,9 +219,9 @@ def test_tiny_out_under_a_file():
 
 from hostile_http import Hostile, good_chunks, sse  # noqa: E402
 
-from sglang_eagle3_ext import bench as bench_mod  # noqa: E402
 from sglang_eagle3_ext import cli as cli_mod  # noqa: E402
-from sglang_eagle3_ext.httpio import BadStream  # noqa: E402
+from sglang_eagle3_ext.measure import bench as bench_mod  # noqa: E402
+from sglang_eagle3_ext.measure.httpio import BadStream  # noqa: E402
 from sglang_eagle3_ext.runtime.errors import UserError  # noqa: E402
 
 ODD_MORE = [*ODD, float("nan"), float("inf"), -1.5, 10**30, "[/]\x1b[31m", [[[]]], {"choices": []}]
@@ -341,7 +341,8 @@ def _yaml_variants(rng):
 
 def test_fuzz_yaml_anchors_and_depth(tmp_path):
     """Every variant through the preset and sweep readers: loads, or one UserError; always fast."""
-    from sglang_eagle3_ext import launch_config, sweep
+    from sglang_eagle3_ext.serve import launch_config
+    from sglang_eagle3_ext.tune import sweep
 
     f = tmp_path / "p.yaml"
     rng = random.Random(SEED)

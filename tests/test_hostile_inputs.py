@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_eagle3_ext import cli, profile_log
+from sglang_eagle3_ext import cli
+from sglang_eagle3_ext.measure import profile_log
 from sglang_eagle3_ext.runtime.errors import UserError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -315,7 +316,7 @@ def test_case20_profile_prints_file_text_verbatim(tmp_path, capsys):
 def test_case14_sweep_tiers_skip_records_with_bad_values(tmp_path):
     """The sweep's tier analysis reads probe files too: a record with a word for a batch size or a
     NaN per-stream figure is skipped there (``profile`` names it), never a crash in the fits."""
-    from sglang_eagle3_ext import tiers
+    from sglang_eagle3_ext.tune import tiers
 
     good = copy.deepcopy(_RECS[1])
     bad_key = dict(copy.deepcopy(good), by_batch={"one": {"cycles": 1}})

@@ -9,8 +9,9 @@ import psutil
 import pytest
 from test_flags import write_model
 
-from sglang_eagle3_ext import cli, server
+from sglang_eagle3_ext import cli
 from sglang_eagle3_ext.runtime.errors import UserError
+from sglang_eagle3_ext.serve import server
 
 
 @pytest.fixture()
@@ -109,8 +110,8 @@ def test_preset_snapshot(name, model_env):
     cfg.python = "python"
     argv, env = server.build_command(cfg, environ={})
     assert (argv, env) == expected(name, model_env)
-    from sglang_eagle3_ext import flags
     from sglang_eagle3_ext.runtime.sglang_env import locate
+    from sglang_eagle3_ext.serve import flags
 
     flags.validate(cfg, locate(), sglang_check=False, environ={})  # every preset passes the rules
 

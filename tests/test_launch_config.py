@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_eagle3_ext import launch_config, server
 from sglang_eagle3_ext.commands import launch as launch_cmd
+from sglang_eagle3_ext.serve import launch_config, server
 
 PKG = Path(launch_config.__file__).resolve().parent
 
@@ -26,11 +26,12 @@ def _imported(module: str) -> set[str]:
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:  # `from . import flags` / `from .server import X`
-                base = "sglang_eagle3_ext" + (f".{node.module}" if node.module else "")
+            if node.level:  # `from . import flags` / `from .server import X` / `from ..runtime import`
+                parent = ["sglang_eagle3_ext", "serve"][: 3 - node.level]
+                base = ".".join(parent) + (f".{node.module}" if node.module else "")
                 found.add(base)
                 if not node.module:
-                    found.update(f"sglang_eagle3_ext.{a.name}" for a in node.names)
+                    found.update(f"{base}.{a.name}" for a in node.names)
             else:
                 found.add(node.module or "")
                 found.update(f"{node.module}.{a.name}" for a in node.names)
@@ -40,26 +41,26 @@ def _imported(module: str) -> set[str]:
 def test_no_import_cycle_between_config_rules_and_process() -> None:
     flags_imports = _imported("flags")
     config_imports = _imported("launch_config")
-    assert "sglang_eagle3_ext.launch_config" in flags_imports  # the rules read the configuration
-    assert "sglang_eagle3_ext.server" not in flags_imports
-    assert not {"sglang_eagle3_ext.server", "sglang_eagle3_ext.flags"} & config_imports
+    assert "sglang_eagle3_ext.serve.launch_config" in flags_imports  # the rules read the configuration
+    assert "sglang_eagle3_ext.serve.server" not in flags_imports
+    assert not {"sglang_eagle3_ext.serve.server", "sglang_eagle3_ext.serve.flags"} & config_imports
     assert not {"subprocess", "socket", "signal"} & config_imports  # pure configuration
-    assert {"sglang_eagle3_ext.launch_config", "sglang_eagle3_ext.flags"} <= _imported("server")
+    assert {"sglang_eagle3_ext.serve.launch_config", "sglang_eagle3_ext.serve.flags"} <= _imported("server")
 
 
 @pytest.mark.parametrize("module", ["launch_config", "flags", "server"])
 def test_each_module_imports_alone_in_a_fresh_interpreter(module: str) -> None:
-    code = (f"import sys, sglang_eagle3_ext.{module}\n"
+    code = (f"import sys, sglang_eagle3_ext.serve.{module}\n"
             "print(' '.join(sorted(m for m in sys.modules)))")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     loaded = set(res.stdout.split())
     if module == "launch_config":  # the configuration pulls in neither the rules nor the process
-        assert not {"sglang_eagle3_ext.flags", "sglang_eagle3_ext.server", "subprocess", "socket"} & loaded
+        assert not {"sglang_eagle3_ext.serve.flags", "sglang_eagle3_ext.serve.server", "subprocess", "socket"} & loaded
 
 
 def test_server_reexports_the_configuration_and_argv_names() -> None:
-    from sglang_eagle3_ext import flags
+    from sglang_eagle3_ext.serve import flags
 
     for name in ("LaunchConfig", "load_preset", "override", "config_from_mapping", "FIELDS",
                  "list_presets", "expand", "DEFAULT_PORT", "DEFAULT_HOST", "DEFAULT_TIMEOUT"):

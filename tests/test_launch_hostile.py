@@ -21,8 +21,9 @@ from test_flags import write_model
 from test_server import STANDINS, free_port, gone
 
 import sglang_eagle3_ext
-from sglang_eagle3_ext import cli, server
+from sglang_eagle3_ext import cli
 from sglang_eagle3_ext.runtime.errors import UserError
+from sglang_eagle3_ext.serve import server
 
 PKG_ROOT = Path(sglang_eagle3_ext.__file__).resolve().parent.parent  # the CLI children run this code
 

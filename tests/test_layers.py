@@ -17,10 +17,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from sglang_eagle3_ext import cli, releases
+from sglang_eagle3_ext import cli
 from sglang_eagle3_ext.runtime import layers
 from sglang_eagle3_ext.runtime.errors import UserError
 from sglang_eagle3_ext.runtime.sglang_env import locate
+from sglang_eagle3_ext.serve import releases
 
 DATA = Path(__file__).parent / "data" / "layers"
 KIMI = DATA / "kimi_k25_target"

@@ -263,7 +263,7 @@ def test_grafana_dashboard_uses_only_published_names():
     (read from its metrics_collector.py source)."""
     import re
 
-    from sglang_eagle3_ext import releases
+    from sglang_eagle3_ext.serve import releases
 
     dash = json.loads((REPO / "docs" / "grafana" / "eagle3-phases.json").read_text())
     exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
@@ -288,7 +288,7 @@ def test_scheduler_labels_read_real_run_scheduler_process_arguments(version):
     (the real 0.5.23 server test reads it back as the model_name label)."""
     import ast
 
-    from sglang_eagle3_ext import releases
+    from sglang_eagle3_ext.serve import releases
 
     root = releases.fetch(version) / "sglang" / "srt"
     tree = ast.parse((root / "managers" / "scheduler.py").read_text())

@@ -9,10 +9,12 @@ import re
 
 from conftest import REPO
 
-from sglang_eagle3_ext import patcher, plot, profile_log, tiers
+from sglang_eagle3_ext import patcher
 from sglang_eagle3_ext.commands import profile as profile_cmd
+from sglang_eagle3_ext.measure import plot, profile_log
 from sglang_eagle3_ext.patcher import transform
 from sglang_eagle3_ext.runtime.probes import metrics, window
+from sglang_eagle3_ext.tune import tiers
 
 PKG = REPO / "sglang_eagle3_ext"
 

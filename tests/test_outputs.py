@@ -16,7 +16,8 @@ import stat
 import pytest
 from standin_openai import StandIn
 
-from sglang_eagle3_ext import cli, outputs
+from sglang_eagle3_ext import cli
+from sglang_eagle3_ext.documents import outputs
 from sglang_eagle3_ext.runtime.errors import UserError
 
 
@@ -143,14 +144,14 @@ def test_adaptive_write_bad_out_is_one_line_before_reading(tmp_path, capsys):
 
 def test_adaptive_write_failure_prints_the_config(tmp_path, capsys, monkeypatch):
     src = _sweep_results(tmp_path)
-    from sglang_eagle3_ext import outputs as o
+    from sglang_eagle3_ext.documents import outputs as o
 
     def full(path, data, what="--out"):
         raise o.WriteFailed(o.Path(path), "No space left on device", what)
 
     monkeypatch.setattr(o, "write_atomic", full)
     rc = cli.main(["adaptive", "write", "--from", str(src), "--out", str(tmp_path / "a.json"),
-                   "--sglang-root", str(__import__("sglang_eagle3_ext.releases").releases.fetch("0.5.23"))])
+                   "--sglang-root", str(__import__("sglang_eagle3_ext.serve.releases").serve.releases.fetch("0.5.23"))])
     cap = capsys.readouterr()
     assert rc == 1 and "No space left on device" in cap.err and "a.json" in cap.err, cap.err
     assert json.loads(cap.out)  # the config itself, ready to paste into a file
@@ -159,7 +160,7 @@ def test_adaptive_write_failure_prints_the_config(tmp_path, capsys, monkeypatch)
 def test_adaptive_launch_with_line_quotes_the_path(tmp_path, capsys):
     src = _sweep_results(tmp_path)
     out = tmp_path / "my configs" / "a;b.json"
-    from sglang_eagle3_ext import releases
+    from sglang_eagle3_ext.serve import releases
 
     rc = cli.main(["adaptive", "write", "--from", str(src), "--out", str(out),
                    "--sglang-root", str(releases.fetch("0.5.23"))])

@@ -9,7 +9,7 @@ import zipfile
 
 from conftest import REPO
 
-from sglang_eagle3_ext import releases
+from sglang_eagle3_ext.serve import releases
 
 
 def test_wheel_carries_patches_presets_and_entry_point(tmp_path):

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from sglang_eagle3_ext import releases
 from sglang_eagle3_ext.patcher import engine
 from sglang_eagle3_ext.patcher import manifest as mf
 from sglang_eagle3_ext.runtime.sglang_env import locate
+from sglang_eagle3_ext.serve import releases
 
 RELEASES = ("0.5.23", "0.5.12.post1")
 MODELS = ("llama.py", "qwen2.py", "qwen3.py")

@@ -10,11 +10,12 @@ import shutil
 
 import pytest
 
-from sglang_eagle3_ext import cli, releases
+from sglang_eagle3_ext import cli
 from sglang_eagle3_ext.patcher import engine
 from sglang_eagle3_ext.patcher import manifest as mf
 from sglang_eagle3_ext.runtime.errors import UserError
 from sglang_eagle3_ext.runtime.sglang_env import locate
+from sglang_eagle3_ext.serve import releases
 
 
 def _hashes(pkg):

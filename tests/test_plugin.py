@@ -19,8 +19,8 @@ import types
 import pytest
 from conftest import REPO, requires_sglang, subprocess_env
 
-from sglang_eagle3_ext import releases
 from sglang_eagle3_ext.runtime import plugin, probes, sglang_env
+from sglang_eagle3_ext.serve import releases
 
 OUR_ENV = ("EAGLE3_PROFILE", "EAGLE3_PROFILE_TRACE", "SGLANG_EAGLE3_NCCL", "SGLANG_EAGLE3_AUX_LAYERS",
            "SGLANG_PLUGINS", "NCCL_PROTO", "NCCL_ALGO", "NCCL_P2P_LEVEL")

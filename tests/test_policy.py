@@ -22,8 +22,9 @@ import pytest
 from conftest import REPO
 from test_flags import write_model
 
-from sglang_eagle3_ext import cli, releases
+from sglang_eagle3_ext import cli
 from sglang_eagle3_ext.runtime import policy
+from sglang_eagle3_ext.serve import releases
 
 DATA = REPO / "tests" / "data" / "policy"
 H200 = DATA / "scan-h200-8b-p08.json"
@@ -416,7 +417,7 @@ def _policy_records(n_windows: int = 3) -> list[dict]:
 
 
 def test_records_profile_and_report_show_the_choices():
-    from sglang_eagle3_ext import policy_report, profile_log
+    from sglang_eagle3_ext.measure import policy_report, profile_log
 
     recs = _policy_records()
     head = recs[0]["control"]
@@ -585,9 +586,9 @@ def test_server_refuses_a_policy_that_was_not_applied(tmp_path):
     """A LaunchConfig with ``policy`` set but never passed through flags.validate (no adaptive
     config, no SGLANG_EAGLE3_POLICY) would start a static server that looks like the policy: the
     H200 round-5 campaign did exactly that. Server.start refuses it before spawning anything."""
-    from sglang_eagle3_ext import server
-    from sglang_eagle3_ext.launch_config import LaunchConfig
     from sglang_eagle3_ext.runtime.errors import UserError
+    from sglang_eagle3_ext.serve import server
+    from sglang_eagle3_ext.serve.launch_config import LaunchConfig
 
     cfg = LaunchConfig(model=str(tmp_path), policy=str(tmp_path / "scan.json"), log=str(tmp_path / "s.log"))
     with pytest.raises(UserError, match="not applied"):

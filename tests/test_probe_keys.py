@@ -19,7 +19,8 @@ from conftest import REPO
 from scripted import Clock
 from test_stepctl import FakeController
 
-from sglang_eagle3_ext import profile_log, records
+from sglang_eagle3_ext.documents import records
+from sglang_eagle3_ext.measure import profile_log
 from sglang_eagle3_ext.runtime import plugin, probes, stepctl
 from sglang_eagle3_ext.runtime.probes import timers
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from scripted import Clock
 
-from sglang_eagle3_ext import profile_log
+from sglang_eagle3_ext.measure import profile_log
 from sglang_eagle3_ext.runtime import probes
 from sglang_eagle3_ext.runtime.probes import timers
 

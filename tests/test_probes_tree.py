@@ -247,7 +247,7 @@ def test_hook_targets_are_the_callers_from_imported_names(version, want):
     an older layout gets no hooks and one note."""
     import ast
 
-    from sglang_eagle3_ext import releases
+    from sglang_eagle3_ext.serve import releases
 
     pkg = releases.fetch(version) / "sglang"
     targets, why = ptree.plan(pkg)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_eagle3_ext import cli, profile_log
+from sglang_eagle3_ext import cli
+from sglang_eagle3_ext.measure import profile_log
 from sglang_eagle3_ext.runtime.errors import UserError
 
 DATA = Path(__file__).resolve().parent / "data" / "profile"

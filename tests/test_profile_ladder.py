@@ -51,7 +51,7 @@ def test_predict_per_batch_size_from_one_ladder_file(capsys):
 
 
 def test_headline_says_mix_and_break_even_per_batch_size(capsys, monkeypatch):
-    from sglang_eagle3_ext import console
+    from sglang_eagle3_ext.commands import console
 
     monkeypatch.setattr(console.out, "width", 250)
     assert cli.main(["profile", str(_cfg(2) / "prof.jsonl"), "--baseline-tps", "200"]) == 0

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from sglang_eagle3_ext import records
-from sglang_eagle3_ext.bench import LADDER_SCHEMA
-from sglang_eagle3_ext.bench import SCHEMA as BENCH_SCHEMA
+from sglang_eagle3_ext.documents import records
+from sglang_eagle3_ext.measure.bench import LADDER_SCHEMA
+from sglang_eagle3_ext.measure.bench import SCHEMA as BENCH_SCHEMA
 from sglang_eagle3_ext.runtime.errors import UserError
 from sglang_eagle3_ext.runtime.probes import window
-from sglang_eagle3_ext.sweep import SCHEMA as SWEEP_SCHEMA
+from sglang_eagle3_ext.tune.sweep import SCHEMA as SWEEP_SCHEMA
 
 REPO = Path(__file__).resolve().parents[1]
 BY_NAME = {k.NAME: k for k in records.KINDS}
@@ -132,7 +132,8 @@ def test_long_values_are_cut_to_one_short_line():
 
 def test_readers_route_through_records(tmp_path):
     """The existing readers now give the records' line for a field of the wrong JSON type."""
-    from sglang_eagle3_ext import compare, profile_log, sweep
+    from sglang_eagle3_ext.measure import compare, profile_log
+    from sglang_eagle3_ext.tune import sweep
 
     f = tmp_path / "p.jsonl"
     f.write_text(json.dumps({**GOOD_PROF, "time": 5}) + "\n")
@@ -167,7 +168,7 @@ def test_sglang_side_does_not_import_records():
     pkg = REPO / "sglang_eagle3_ext"
     files = sorted((pkg / "runtime").rglob("*.py"))
     assert len(files) > 2
-    assert "records" in _imports(pkg / "compare.py")  # the scan does see an import of it
+    assert "documents.records" in _imports(pkg / "measure" / "compare.py")  # the scan does see one
     for f in files:
-        bad = {n for n in _imports(f) if n.split(".")[-1] == "records" or ".records" in n}
+        bad = {n for n in _imports(f) if "records" in n.split(".")}
         assert not bad, f"{f} imports {bad}"

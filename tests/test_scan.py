@@ -17,8 +17,10 @@ from pathlib import Path
 import pytest
 from test_flags import write_model
 
-from sglang_eagle3_ext import cli, releases, scan
+from sglang_eagle3_ext import cli
 from sglang_eagle3_ext.runtime.errors import UserError
+from sglang_eagle3_ext.serve import releases
+from sglang_eagle3_ext.tune import scan
 
 STANDINS = Path(__file__).parent / "standins"
 sys.path.insert(0, str(STANDINS))
@@ -51,7 +53,7 @@ def _argv(models, out, *more, version="0.5.16", steps="0-3", conc="1,4"):
 
 @pytest.fixture()
 def on_path(monkeypatch):
-    from sglang_eagle3_ext import console
+    from sglang_eagle3_ext.commands import console
 
     # the stand-in runs the real hold decider (hold.py) of this worktree
     monkeypatch.setenv("PYTHONPATH", f"{STANDINS}:{Path(__file__).resolve().parents[1]}")
@@ -65,7 +67,7 @@ def scanned(tmp_path_factory):
     import io
     import os
 
-    from sglang_eagle3_ext import console
+    from sglang_eagle3_ext.commands import console
 
     root = tmp_path_factory.mktemp("scan")
     models = (str(write_model(root / "target", "LlamaForCausalLM")),
@@ -209,7 +211,7 @@ def test_ctrl_c_keeps_what_was_measured(models, tmp_path, capsys, on_path, monke
         return show
 
     monkeypatch.setattr(cmd, "_progress_printer", printer)
-    from sglang_eagle3_ext import server
+    from sglang_eagle3_ext.serve import server
 
     real = server.Server.stop
 
@@ -273,7 +275,7 @@ def test_parse_steps_and_merge_extra():
 def test_profile_one_key_per_figure_and_ladder_bench(scanned, capsys, monkeypatch):
     """profile on the scan's own probe file: the headline says it is a mix, each key has its row
     (made of its own steady cycles), break-even and --predict per key, every ladder level compared."""
-    from sglang_eagle3_ext import console
+    from sglang_eagle3_ext.commands import console
 
     monkeypatch.setattr(console.out, "width", 250)
     out = scanned["out"]

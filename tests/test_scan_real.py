@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_eagle3_ext import console, scan
+from sglang_eagle3_ext.commands import console
+from sglang_eagle3_ext.tune import scan
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT / "docs" / "data" / "h200-2026-12-01-r4" / "scan-8b"

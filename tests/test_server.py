@@ -19,8 +19,8 @@ import pytest
 from conftest import REPO, requires_sglang, subprocess_env
 from test_flags import write_model
 
-from sglang_eagle3_ext import server
 from sglang_eagle3_ext.runtime.errors import UserError
+from sglang_eagle3_ext.serve import server
 
 STANDINS = Path(__file__).parent / "standins"
 

@@ -9,9 +9,9 @@ import sys
 import pytest
 from conftest import requires_sglang
 
-from sglang_eagle3_ext import releases
 from sglang_eagle3_ext.runtime.errors import UserError
 from sglang_eagle3_ext.runtime.sglang_env import locate, parse_version
+from sglang_eagle3_ext.serve import releases
 
 # Expected from the version map (section 1 and 2.1), not from our own code.
 EXPECTED = {

@@ -13,7 +13,7 @@ import json
 import pytest
 from scripted import Clock
 
-from sglang_eagle3_ext import profile_log
+from sglang_eagle3_ext.measure import profile_log
 from sglang_eagle3_ext.runtime import probes
 from sglang_eagle3_ext.runtime.probes import _profiler, timers
 from sglang_eagle3_ext.runtime.probes.window import BATCH, EXTEND, IDLE, JOIN, LEAVE, classify
@@ -198,7 +198,8 @@ def issue15_run(tmp_path, monkeypatch) -> profile_log.Path:
 
 
 def test_profile_shows_steady_table_boundaries_and_predicts_from_steady(tmp_path, monkeypatch, capsys):
-    from sglang_eagle3_ext import analysis, cli
+    from sglang_eagle3_ext import cli
+    from sglang_eagle3_ext.measure import analysis
 
     f = issue15_run(tmp_path, monkeypatch)
     s = profile_log.summarize(profile_log.load(f))
@@ -302,7 +303,7 @@ def test_bench_serving_imports_with_the_datasets_standin():
 def test_sweep_cost_model_reads_steady_cycles(tmp_path, monkeypatch):
     """sweep.analyse fits cycle ms vs steps on the profile summaries: steady cycles when the
     records carry the split, all cycles otherwise (and it says so)."""
-    from sglang_eagle3_ext import sweep
+    from sglang_eagle3_ext.tune import sweep
 
     summary = profile_log.summarize(profile_log.load(issue15_run(tmp_path, monkeypatch)))
 

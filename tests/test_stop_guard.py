@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from sglang_eagle3_ext import server
 from sglang_eagle3_ext.runtime.errors import UserError
+from sglang_eagle3_ext.serve import server
 
 
 def _stop(pid_file) -> subprocess.CompletedProcess:

@@ -20,10 +20,12 @@ import pytest
 from conftest import REPO
 from standin_openai import StandIn
 
-from sglang_eagle3_ext import cli, server, sweep
-from sglang_eagle3_ext.analysis import accept_len_from_rates
+from sglang_eagle3_ext import cli
+from sglang_eagle3_ext.measure.analysis import accept_len_from_rates
 from sglang_eagle3_ext.runtime.errors import UserError
 from sglang_eagle3_ext.runtime.probes.window import build_record
+from sglang_eagle3_ext.serve import server
+from sglang_eagle3_ext.tune import sweep
 
 RATES = [0.8, 0.6, 0.4, 0.3, 0.2]
 SWEEP_YAML = """

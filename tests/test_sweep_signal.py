@@ -23,7 +23,7 @@ from test_flags import write_model
 from test_server import STANDINS, free_port, gone
 
 import sglang_eagle3_ext
-from sglang_eagle3_ext import releases
+from sglang_eagle3_ext.serve import releases
 
 PKG_ROOT = Path(sglang_eagle3_ext.__file__).resolve().parent.parent
 

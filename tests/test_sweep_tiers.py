@@ -21,7 +21,9 @@ from pathlib import Path
 import pytest
 from standin_openai import StandIn
 
-from sglang_eagle3_ext import cli, server, sweep, tiers
+from sglang_eagle3_ext import cli
+from sglang_eagle3_ext.serve import server
+from sglang_eagle3_ext.tune import sweep, tiers
 
 LEVELS = (1, 4, 8)
 YAML = """

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sglang_eagle3_ext import tiny
-from sglang_eagle3_ext.bench import DEFAULT_PROMPT
+from sglang_eagle3_ext.measure.bench import DEFAULT_PROMPT
 from sglang_eagle3_ext.tiny import construct
 from sglang_eagle3_ext.tiny.tokenizer import build_tokenizer, chat_last_token
 

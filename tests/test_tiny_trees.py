@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from sglang_eagle3_ext import cli, releases, tiny
+from sglang_eagle3_ext import cli, tiny
 from sglang_eagle3_ext.runtime.errors import UserError
+from sglang_eagle3_ext.serve import releases
 from sglang_eagle3_ext.tiny import trees
 
 torch = pytest.importorskip("torch")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_eagle3_ext import sweep, treeverdict
 from sglang_eagle3_ext.runtime.errors import UserError
+from sglang_eagle3_ext.tune import sweep, treeverdict
 
 REPO = Path(__file__).resolve().parents[1]
 

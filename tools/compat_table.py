@@ -2,7 +2,7 @@
 
     .venv/bin/python tools/compat_table.py [--out docs/compatibility.md] [--min 0.4.9] [VERSION ...]
 
-Per release: fetch the wheel's .py files (sglang_eagle3_ext.releases, pip download once), copy,
+Per release: fetch the wheel's .py files (sglang_eagle3_ext.serve.releases, pip download once), copy,
 `patch apply` (probe set), then `patch apply --aux-layers 2,30,58`, then `patch revert`, and check
 the tree is byte-identical to the release. A refusal is recorded with the engine's own message.
 """
@@ -18,10 +18,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from sglang_eagle3_ext import releases
 from sglang_eagle3_ext.patcher import engine
 from sglang_eagle3_ext.runtime.errors import UserError
 from sglang_eagle3_ext.runtime.sglang_env import locate, parse_version
+from sglang_eagle3_ext.serve import releases
 
 REPO = Path(__file__).resolve().parent.parent
 

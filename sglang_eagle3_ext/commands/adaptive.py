@@ -6,8 +6,8 @@ import argparse
 import shlex
 from typing import Any
 
-from ..console import out, print_json
 from ..runtime.errors import UserError
+from .console import out, print_json
 
 HELP = ("Write SGLang's adaptive speculation config (tiers of candidate steps per batch size) "
         "from a sweep's or a scan's measurements, checked with the release's own loader.")
@@ -58,7 +58,7 @@ def render(choices: list[Any], source: dict[tuple[int, int], str], loader: Any, 
     for c in choices:
         if c.note:
             out.print(f"note: tier {c.batch_size}: {c.note}", highlight=False, markup=False)
-    from ..adaptive import launch_steps
+    from ..tune.adaptive import launch_steps
 
     out.print(f"wrote {out_path} ({loader.format} format of SGLang {version})", highlight=False,
               markup=False)
@@ -69,13 +69,13 @@ def render(choices: list[Any], source: dict[tuple[int, int], str], loader: Any, 
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import adaptive
     from ..runtime.sglang_env import locate
+    from ..tune import adaptive
 
     if args.action != "write":
         raise UserError("usage: sgl-eagle3 adaptive write --from SWEEP_DIR --out adaptive.json",
                         exit_code=2)
-    from ..outputs import WriteFailed, check_destination, report_unwritten
+    from ..documents.outputs import WriteFailed, check_destination, report_unwritten
 
     env = locate(args.sglang_root_w or getattr(args, "sglang_root", None))
     check_destination(args.out)  # before reading anything: a bad --out is one line, exit 2

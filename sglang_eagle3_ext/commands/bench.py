@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..console import clean, err, out, plain, print_json
 from ..runtime.errors import UserError
+from .console import clean, err, out, plain, print_json
 
 HELP = ("Benchmark a running server: TTFT, decode and end-to-end tok/s, accept length (streaming); "
         "a concurrency ladder with --concurrency 1,2,4,...")
@@ -40,14 +40,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def check_out(path: str | None) -> None:
     """--out: a file we can write (outputs.check_destination), checked before any run."""
     if path:
-        from ..outputs import check_destination
+        from ..documents.outputs import check_destination
 
         check_destination(path)
 
 
 def options_from_args(args: argparse.Namespace) -> Any:
-    from ..bench import DEFAULT_PROMPT, BenchOptions, parse_levels
-    from ..prompts import load_prompts
+    from ..measure.bench import DEFAULT_PROMPT, BenchOptions, parse_levels
+    from ..measure.prompts import load_prompts
 
     levels = parse_levels(args.concurrency)
     prompts = load_prompts(args.prompts) if args.prompts else [args.prompt or DEFAULT_PROMPT]
@@ -61,7 +61,7 @@ def run_with_progress(opts: Any, levels: list[int] | None = None) -> dict[str, A
     """run_bench (or run_ladder) behind a rich progress bar on stderr (stdout stays clean for --json)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from ..bench import run_bench, run_ladder
+    from ..measure.bench import run_bench, run_ladder
 
     per = opts.warmup + opts.runs
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -139,7 +139,7 @@ def render_ladder(doc: dict[str, Any]) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from ..outputs import write_atomic, write_result
+    from ..documents.outputs import write_atomic, write_result
 
     check_out(args.out)
     opts, levels = options_from_args(args)
@@ -168,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
             return 1
     if ladder:
         if args.plot:
-            from ..plot import plot_ladders
+            from ..measure.plot import plot_ladders
 
             try:
                 out.print(f"wrote {plot_ladders([result], args.plot)}")

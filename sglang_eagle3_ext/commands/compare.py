@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..console import out, print_json
+from .console import out, print_json
 
 HELP = ("Compare bench results: tok/s avg and peak, accept length, % vs a baseline; "
         "ladders per concurrency level.")
@@ -25,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import compare
+    from ..measure import compare
 
     if compare.is_ladder_set(args.files):
         lr = compare.ladder_rows(compare.load_ladders(args.files), args.baseline)

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..console import err, out
 from ..runtime.errors import UserError
+from .console import err, out
 
 HELP = "One-command demo: tiny models, probes, profiled EAGLE-3 server, bench, profile table, revert."
 
@@ -107,9 +107,9 @@ def _step(n: int, text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import server as srv
     from .. import tiny
     from ..runtime.sglang_env import locate
+    from ..serve import server as srv
 
     _validate(args)
     env = locate(args.sglang_root)
@@ -181,16 +181,16 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_live(args, env, route: str, cfg, outdir: Path,
               summary: dict[str, Any]) -> int:
-    from ..interrupts import as_interrupt
+    from ..serve.interrupts import as_interrupt
 
     with as_interrupt():  # SIGTERM/SIGHUP: the finally blocks stop the server and revert the patch
         return _live_steps(args, env, route, cfg, outdir, summary)
 
 
 def _live_steps(args, env, route: str, cfg, outdir: Path, summary: dict[str, Any]) -> int:
-    from .. import bench, profile_log
-    from .. import server as srv
+    from ..measure import bench, profile_log
     from ..patcher import engine
+    from ..serve import server as srv
     from .bench import render
     from .profile import _table
 

@@ -6,9 +6,9 @@ import argparse
 import os
 
 from .. import __version__
-from ..console import out, print_json
 from ..runtime import settings
 from ..runtime.sglang_env import locate
+from .console import out, print_json
 
 HELP = "Report the SGLang install, its EAGLE worker family, usable routes, patch state and env."
 

@@ -6,9 +6,9 @@ import argparse
 import shlex
 from pathlib import Path
 
-from ..console import err, out
 from ..runtime.errors import UserError
 from . import split_preset_words
+from .console import err, out
 
 HELP = "Start an SGLang server from a preset and/or flags, after checking the speculative flags."
 
@@ -36,7 +36,7 @@ _TYPES = {"int": int, "float": float}
 
 def _add_options(p: argparse.ArgumentParser) -> None:
     """One option per LaunchConfig field with CLI metadata (launch_config.py), grouped as there."""
-    from ..launch_config import CLI_FIELDS, GROUPS, value_kind
+    from ..serve.launch_config import CLI_FIELDS, GROUPS, value_kind
 
     for group in GROUPS:
         g = p.add_argument_group(group)
@@ -73,7 +73,7 @@ def _split_words(args: argparse.Namespace) -> tuple[str | None, list[str]]:
 
 
 def build_config(args: argparse.Namespace):
-    from .. import launch_config
+    from ..serve import launch_config
 
     preset, extra = _split_words(args)
     cfg = launch_config.load_preset(preset) if preset else launch_config.LaunchConfig()
@@ -112,8 +112,8 @@ def _notes(notes: list[str]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import flags, server
     from ..runtime.sglang_env import locate
+    from ..serve import flags, server
 
     cfg = build_config(args)
     env = locate(args.sglang_root)
@@ -159,14 +159,14 @@ def run(args: argparse.Namespace) -> int:
     if server.port_in_use(cfg.host, cfg.port):  # before the log line: no log is written then
         raise UserError(f"port {cfg.port} on {cfg.host} is already in use "
                         f"(another server? `sgl-eagle3 stop --all`, or pick --port)", 2)
-    from ..interrupts import as_interrupt
+    from ..serve.interrupts import as_interrupt
 
     with as_interrupt():  # SIGTERM/SIGHUP -> same path as Ctrl-C: stop the whole group
         return _start(args, cfg, srv, status_ctx, pid_file)
 
 
 def _start(args: argparse.Namespace, cfg, srv, status_ctx, pid_file: Path | None) -> int:
-    from .. import server
+    from ..serve import server
 
     ready = False
     try:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..console import out, print_json
 from ..runtime import layers
 from ..runtime.errors import UserError
 from ..runtime.safeparse import json_loads
+from .console import out, print_json
 
 HELP = "Check which target hidden-state layers feed the EAGLE-3 draft (our convention: output of layer k)."
 

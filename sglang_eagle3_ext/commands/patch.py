@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from ..console import out, print_json
 from ..patcher import engine
 from ..runtime.errors import UserError
 from ..runtime.sglang_env import locate
+from .console import out, print_json
 
 HELP = "Insert (or remove) profiling probes and the aux-layer override in SGLang's source."
 

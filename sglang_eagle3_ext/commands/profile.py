@@ -8,10 +8,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from .. import analysis, profile_log
-from ..console import clean, err, out, plain, print_json
+from ..measure import analysis, profile_log
 from ..runtime.errors import UserError
 from ..runtime.probes.window import CYCLE, CYCLE_LABEL, LABELS, PHASES
+from .console import clean, err, out, plain, print_json
 
 HELP = "Read probe JSONL / server logs with EAGLE3_PROF blocks: phase table, break-even, --predict."
 
@@ -127,7 +127,7 @@ def _key_table(summaries: list[dict[str, Any]], baseline_tps: float | None):
     """One row per key: its own steady cycles, phases, acceptance and tok/s (interval over blocks)."""
     from rich.table import Table
 
-    from ..scan import t_interval
+    from ..tune.scan import t_interval
 
     rows = [(s, k, v) for s in summaries for k, v in _keys(s).items()]
     if not rows or all(len(_keys(s)) < 2 for s in summaries):
@@ -488,7 +488,9 @@ def run(args: argparse.Namespace) -> int:
                   _key_table(summaries, args.baseline_tps)):
         if extra is not None:
             out.print(extra)
-    from ..policy_report import table as policy_table  # issue 25: what the policy chose and got
+    from ..measure.policy_report import (
+        table as policy_table,  # issue 25: what the policy chose and got
+    )
 
     if (pt := policy_table(summaries)) is not None:
         out.print(pt)

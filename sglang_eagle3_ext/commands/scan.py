@@ -9,10 +9,10 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from ..console import err, out
 from ..runtime.errors import UserError
 from ..runtime.probes.window import PHASES
 from . import split_preset_words
+from .console import err, out
 
 HELP = ("One server start: hold every candidate step count in turn (SGLang 0.5.13+ adaptive states) at "
         "every concurrency; per (steps, batch size) phases, acceptance and tok/s; best per tier; an "
@@ -103,9 +103,11 @@ def merge_extra(base: list[str], given: list[str]) -> list[str]:
 
 def build(args: argparse.Namespace) -> dict[str, Any]:
     """Everything the run needs, checked before anything starts."""
-    from .. import adaptive_format, bench, flags, launch_config, scan
-    from ..bench import write_json
+    from ..measure import bench
+    from ..measure.bench import write_json
     from ..runtime.sglang_env import locate
+    from ..serve import adaptive_format, flags, launch_config
+    from ..tune import scan
 
     preset, given = _split_words(args)
     env = locate(getattr(args, "sglang_root", None))
@@ -118,7 +120,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     levels = bench.parse_levels(args.concurrency)
     prompts = None
     if args.prompts:
-        from ..prompts import load_prompts
+        from ..measure.prompts import load_prompts
 
         prompts = load_prompts(args.prompts)
     opts = scan.ScanOptions(candidates=cands, levels=levels, block=args.block, min_cycles=args.min_cycles,
@@ -193,7 +195,8 @@ def _progress_printer() -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import scan, server
+    from ..serve import server
+    from ..tune import scan
 
     b = build(args)
     cfg, opts, out_dir = b["cfg"], b["opts"], b["out_dir"]
@@ -239,7 +242,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGTERM, old)
     if args.json:
-        from ..console import print_json
+        from .console import print_json
 
         print_json(doc)
     else:
@@ -263,7 +266,7 @@ def _f(v: float | None, spec: str = ".1f") -> str:
 
 
 def _label(steps: int) -> str:
-    from ..scan import STEP0_LABEL
+    from ..tune.scan import STEP0_LABEL
 
     return STEP0_LABEL if steps == 0 else f"{steps} step{'s' if steps > 1 else ''}"
 
@@ -312,7 +315,7 @@ def memory_lines(mem: dict[str, Any]) -> list[str]:
 def render(doc: dict[str, Any]) -> None:
     from rich.table import Table
 
-    from .. import scan
+    from ..tune import scan
 
     base = doc.get("baseline") or {}
     if doc.get("interrupted"):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..console import out
 from ..runtime.errors import UserError
+from .console import out
 
 HELP = "Stop a detached server (SIGTERM to its process group, SIGKILL after a grace period)."
 
@@ -20,7 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import server
+    from ..serve import server
 
     grace = server.DEFAULT_GRACE if args.grace is None else args.grace
     if grace < 0:

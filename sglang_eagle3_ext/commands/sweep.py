@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..console import err, out
 from ..runtime.errors import UserError
+from .console import err, out
 
 HELP = ("Sweep steps/topk/draft tokens (+ no-spec baseline, NCCL, custom all-reduce) x concurrency: "
         "bench each, analyse, recommend per tier.")
@@ -100,11 +100,11 @@ def print_tiers(t: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import sweep
+    from ..tune import sweep
 
     if args.report:
         out_dir = Path(args.report)
-        from .. import scan
+        from ..tune import scan
 
         if scan.is_scan(out_dir) and not (out_dir / "results.json").exists():
             return _report_scan(out_dir, Path(args.out) if args.out else None)
@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
             out.print(f"nothing written ({out_dir} is only read); --out DIR writes results.json, "
                       "table.md and plots there", highlight=False, markup=False)
             return rc
-        from ..outputs import check_folder
+        from ..documents.outputs import check_folder
 
         check_folder(dest)
         return _report(doc, dest, args.no_plots)
@@ -144,11 +144,11 @@ def run(args: argparse.Namespace) -> int:
     if (out_dir / "results.json").exists() and not args.resume:
         raise UserError(f"{out_dir / 'results.json'} exists: pass --resume to continue it, or another --out",
                         exit_code=2)
-    from ..outputs import check_destination, check_folder
+    from ..documents.outputs import check_destination, check_folder
 
     check_folder(out_dir)  # before any server starts: a bad --out is one line, exit 2
     check_destination(out_dir / "results.json", what="results file")
-    from ..interrupts import as_interrupt
+    from ..serve.interrupts import as_interrupt
 
     try:
         with as_interrupt():  # SIGTERM/SIGHUP: the config in flight is stopped and saved, like Ctrl-C
@@ -164,8 +164,8 @@ def run(args: argparse.Namespace) -> int:
 def _report_scan(src: Path, dest: Path | None) -> int:
     """--report of a scan folder (or its scan.json): the scan's tables again; --out writes
     scan.json and table.md there, src is only read."""
-    from .. import scan
-    from ..bench import write_json
+    from ..measure.bench import write_json
+    from ..tune import scan
     from .scan import render
 
     doc = scan.load(src)
@@ -186,9 +186,10 @@ def _report_scan(src: Path, dest: Path | None) -> int:
 def _report(doc: dict[str, Any], out_dir: Path, no_plots: bool, scratch: bool = False) -> int:
     """Failures, the comparison table, the analysis and the plots of one sweep document.
     ``scratch``: out_dir is a temporary folder (report only): its files are not announced."""
-    from .. import compare, sweep
-    from ..bench import write_json
-    from ..outputs import WriteFailed, report_unwritten, write_atomic
+    from ..documents.outputs import WriteFailed, report_unwritten, write_atomic
+    from ..measure import compare
+    from ..measure.bench import write_json
+    from ..tune import sweep
 
     failed = [c for c in doc["configs"] if c["status"] != "ok"]
     for c in failed:
@@ -203,11 +204,11 @@ def _report(doc: dict[str, Any], out_dir: Path, no_plots: bool, scratch: bool = 
     if rs:
         out.print(compare.rich_table(rs))
         write_atomic(out_dir / "table.md", compare.markdown(rs) + "\n", what="table")
-    from .. import tiers
+    from ..tune import tiers
 
     analysis = sweep.analyse(doc)
     analysis["tiers"] = tiers.analyse(doc, out_dir)
-    from .. import treeverdict
+    from ..tune import treeverdict
 
     analysis["trees"] = treeverdict.verdict(doc, out_dir)
     doc["analysis"] = analysis
@@ -223,7 +224,7 @@ def _report(doc: dict[str, Any], out_dir: Path, no_plots: bool, scratch: bool = 
         for line in treeverdict.lines(analysis["trees"]):
             out.print(line, highlight=False, markup=False)
     if not no_plots and rs:
-        from .. import plot
+        from ..measure import plot
 
         try:
             for p in plot.plots(doc, out_dir):

@@ -7,9 +7,9 @@ import json
 import shlex
 import time
 
-from ..console import err, out, print_json
-from ..outputs import check_folder
+from ..documents.outputs import check_folder
 from ..runtime.errors import UserError
+from .console import err, out, print_json
 
 HELP = "Build a tiny (or real-shape) target + EAGLE-3 draft + tokenizer offline, with a chosen acceptance."
 
@@ -159,7 +159,7 @@ def print_tree(info: dict, root, extra: list[str] | None) -> None:
 
 
 def print_prompts(root, path: str, extra: list[str] | None) -> None:
-    from ..prompts import load_prompts
+    from ..measure.prompts import load_prompts
     from ..tiny import trees
 
     cfgs = [(3, 1, 4), (3, 4, 13), (5, 8, 21)] + [parse_tree(x) for x in extra or []]

@@ -32,7 +32,8 @@ sys.path.insert(0, str(REPO))
 
 import yaml  # noqa: E402
 
-from sglang_eagle3_ext import server, sweep  # noqa: E402
+from sglang_eagle3_ext.serve import server  # noqa: E402
+from sglang_eagle3_ext.tune import sweep  # noqa: E402
 
 T0 = time.monotonic()
 WORK = Path("/tmp/campaign")
@@ -188,9 +189,9 @@ def configs_for(groups: list[dict[str, Any]], out: Path, port: int, *,
             cfg = sweep.launch_config(spec, c, out / g["name"] / "configs" / c.slug)
             cfg = server.override(cfg, port=port)
             if cfg.policy:
-                from sglang_eagle3_ext import flags
-                from sglang_eagle3_ext.policy_launch import apply_policy
                 from sglang_eagle3_ext.runtime.sglang_env import locate
+                from sglang_eagle3_ext.serve import flags
+                from sglang_eagle3_ext.serve.policy_launch import apply_policy
 
                 for note in apply_policy(cfg, locate(None), flags.extra_flags(list(cfg.extra_args))):
                     log(note)
@@ -306,9 +307,9 @@ def counter_check(sv: server.Server, path: Path, conc: int = 8, max_tokens: int 
 
 
 def _counter_check(sv: server.Server, path: Path, conc: int, max_tokens: int) -> None:
-    from sglang_eagle3_ext import bench
+    from sglang_eagle3_ext.measure import bench
     from sglang_eagle3_ext.runtime.probes import tree as ptree
-    from sglang_eagle3_ext.tiers import read_records
+    from sglang_eagle3_ext.tune.tiers import read_records
 
     pids = server.scheduler_pids(sv.pgid)
     rec_path = Path(server.build_command(sv.cfg)[1]["EAGLE3_PROFILE_OUT"])

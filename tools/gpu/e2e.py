@@ -34,8 +34,11 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from sglang_eagle3_ext import bench, flags, server, sweep, tiny  # noqa: E402
+from sglang_eagle3_ext import tiny  # noqa: E402
+from sglang_eagle3_ext.measure import bench  # noqa: E402
 from sglang_eagle3_ext.runtime.sglang_env import locate  # noqa: E402
+from sglang_eagle3_ext.serve import flags, server  # noqa: E402
+from sglang_eagle3_ext.tune import sweep  # noqa: E402
 
 T0 = time.monotonic()
 P_PARTIAL = 0.6
@@ -381,7 +384,7 @@ def main() -> int:
         (out / "analysis-core.json").write_text(json.dumps(an, indent=2))
         print(json.dumps(an, indent=2)[:4000])
         try:
-            from sglang_eagle3_ext import plot
+            from sglang_eagle3_ext.measure import plot
 
             plot.plots(docs["core"], out)
         except Exception as exc:  # noqa: BLE001 - a plot is optional

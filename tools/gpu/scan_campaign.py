@@ -39,7 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import campaign as C  # noqa: E402
 
-from sglang_eagle3_ext import server, sweep  # noqa: E402
+from sglang_eagle3_ext.serve import server  # noqa: E402
+from sglang_eagle3_ext.tune import sweep
 
 # Every server any plan starts, also those a hard stop catches inside campaign.start_all.
 LIVE: list[server.Server] = []

@@ -20,9 +20,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from sglang_eagle3_ext import treeverdict  # noqa: E402
 from sglang_eagle3_ext.runtime.probes import tree as ptree  # noqa: E402
-from sglang_eagle3_ext.tiers import read_records  # noqa: E402
+from sglang_eagle3_ext.tune import treeverdict  # noqa: E402
+from sglang_eagle3_ext.tune.tiers import read_records  # noqa: E402
 
 
 def main(root: Path) -> int:

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .runtime.errors import UserError
-from .runtime.probes.window import LABELS, PHASES
+from ..runtime.errors import UserError
+from ..runtime.probes.window import LABELS, PHASES
 
 PHASE_LABELS = {p: LABELS[p].lower() for p in PHASES}  # legend: the block's labels, lower case
 

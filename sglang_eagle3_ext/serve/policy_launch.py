@@ -28,11 +28,11 @@ import hashlib
 import json
 from pathlib import Path
 
+from ..runtime import policy
+from ..runtime.errors import UserError
+from ..runtime.settings import HOLD, POLICY
+from ..runtime.sglang_env import SGLangEnv, parse_version
 from .launch_config import LaunchConfig
-from .runtime import policy
-from .runtime.errors import UserError
-from .runtime.settings import HOLD, POLICY
-from .runtime.sglang_env import SGLangEnv, parse_version
 
 MIN_RELEASE = "0.5.13"
 
@@ -56,7 +56,7 @@ def release_reason(version: str) -> str | None:
 
 def policy_config_path(scan: Path) -> Path:
     """Where the adaptive config for this scan goes (one per scan file and content)."""
-    from .runtime.resources import cache_root
+    from ..runtime.resources import cache_root
 
     digest = hashlib.sha1(str(scan).encode() + b"\0" + scan.read_bytes()).hexdigest()[:12]
     return cache_root() / "policy" / f"adaptive-{scan.stem}-{digest}.json"
@@ -148,7 +148,7 @@ def _adaptive_config(table: policy.ScanTable, env: SGLangEnv) -> tuple[dict, lis
     """(config document, candidates, step 0 dropped) in the release's format: one tier, key 1,
     listing the table's candidates. The one place this module uses the adaptive-format helpers
     (the release's own loader decides the format and whether 0 is allowed)."""
-    from . import adaptive
+    from ..tune import adaptive
 
     loader = adaptive.release_loader(env.package_dir)
     cands = table.candidates

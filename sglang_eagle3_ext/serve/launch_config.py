@@ -18,9 +18,9 @@ from typing import Any
 
 import yaml
 
-from .runtime.errors import UserError
-from .runtime.resources import data_dir
-from .runtime.safeparse import yaml_load
+from ..runtime.errors import UserError
+from ..runtime.resources import data_dir
+from ..runtime.safeparse import yaml_load
 
 REPO_LAUNCH_DIR = data_dir("launch")
 DEFAULT_PORT = 30000
@@ -172,7 +172,7 @@ def expand(value: str) -> str:
 
 def preset_dirs() -> list[Path]:
     dirs = []
-    from .runtime.settings import PRESETS
+    from ..runtime.settings import PRESETS
 
     if PRESETS.get():
         dirs.append(PRESETS.get())

@@ -48,11 +48,11 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..documents.records import BenchResult, Ladder
+from ..runtime.errors import UserError
+from ..runtime.safeparse import json_loads
 from . import chunks, httpio
 from .prompts import Prompt, messages_of
-from .records import BenchResult, Ladder
-from .runtime.errors import UserError
-from .runtime.safeparse import json_loads
 
 SCHEMA = "eagle3_bench/1"
 LADDER_SCHEMA = "eagle3_ladder/1"
@@ -620,7 +620,7 @@ def load_result(path: str | Path) -> dict[str, Any]:
 def write_json(path: str | Path, data: Any) -> None:
     """Atomic write: a crash never leaves half a result file (sweep --resume reads them); through a
     symlink, never onto a special file (outputs.py); outputs.WriteFailed (one line) on failure."""
-    from .outputs import write_atomic
+    from ..documents.outputs import write_atomic
 
     write_atomic(path, json.dumps(data, indent=2, default=str) + "\n", what="output")
 

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .records import MAX_COUNT, WindowRecord, amount_error, count_error
-from .runtime.errors import UserError
-from .runtime.probes.window import (
+from ..documents.records import MAX_COUNT, WindowRecord, amount_error, count_error
+from ..runtime.errors import UserError
+from ..runtime.probes.window import (
     CYCLE,
     LABEL_TO_PHASE,
     PHASES,
@@ -33,7 +33,7 @@ from .runtime.probes.window import (
     SCHEMA,
     per_position_rates,
 )
-from .runtime.safeparse import json_loads
+from ..runtime.safeparse import json_loads
 
 _NUM = r"(\d+(?:\.\d+)?)"
 _HEADER = re.compile(
@@ -870,8 +870,8 @@ def _bench_client(doc: dict[str, Any], path: str | Path) -> dict[str, Any]:
 
 def _check_client(doc: dict[str, Any], where: str) -> None:
     """The figures read_client uses: finite numbers >= 0 (counts for concurrency), one line each."""
+    from ..documents.records import BenchResult
     from .bench import SCHEMA as BENCH_SCHEMA
-    from .records import BenchResult
 
     if doc.get("schema") == BENCH_SCHEMA:
         s = BenchResult.from_json(doc, where).summary or {}

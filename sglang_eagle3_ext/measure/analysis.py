@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .runtime.errors import UserError
+from ..runtime.errors import UserError
 
 
 def break_even_accept_len(cycle_ms: float, baseline_tok_s: float) -> float:

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, TypeVar
 
-from .runtime.errors import UserError
+from ..runtime.errors import UserError
 
 # JSON type names -> (check, words for the message)
 _TYPES: dict[str, tuple[Any, str]] = {

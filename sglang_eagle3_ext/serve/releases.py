@@ -13,7 +13,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from .runtime.resources import cache_root
+from ..runtime.resources import cache_root
 
 # The pinned set that covers every structural change (reference version map, section 8.1).
 PINNED = (

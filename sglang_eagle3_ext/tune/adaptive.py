@@ -30,16 +30,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..runtime.errors import UserError
+
 # The release format, its loader check and the start-step rule live in adaptive_format (one home
 # for launch, scan, this writer and the policy); re-exported here for older callers.
-from .adaptive_format import (  # noqa: F401 - re-exports
+from ..serve.adaptive_format import (  # noqa: F401 - re-exports
     SPEC_FILE,
     ReleaseLoader,
     config_for_tiers,
     launch_steps,
     release_loader,
 )
-from .runtime.errors import UserError
 
 DEFAULT_WITHIN_PCT = 5.0
 
@@ -142,8 +143,8 @@ def table_from_sweep(doc: dict[str, Any], predicted: bool = False
 def load_measurements(path: str | Path, predicted: bool = False
                       ) -> tuple[Table, dict[tuple[int, int], str], str]:
     """--from: a sweep folder or its results.json, or a scan folder or its scan.json."""
+    from ..measure.bench import read_json
     from . import scan
-    from .bench import read_json
 
     p = Path(path)
     if scan.is_scan(p):
@@ -169,14 +170,14 @@ def write(table: Table, out: str | Path, loader: ReleaseLoader,
           write_json: Callable[[str | Path, Any], None] | None = None
           ) -> tuple[list[TierChoice], dict[str, Any], dict[int, list[int]]]:
     """Choose, write, and read back with the release's own loader; returns what it read."""
-    from .bench import write_json as _wj
+    from ..measure.bench import write_json as _wj
 
     choices = choose(table, within_pct, allows_zero=loader.allows_zero)
     cfg = config_for(choices, loader.format)
     outp = Path(out)
     if outp.is_dir():
         raise UserError(f"--out {out}: a directory; give a file name such as {outp / 'adaptive.json'}", 2)
-    from .outputs import WriteFailed
+    from ..documents.outputs import WriteFailed
 
     try:
         (write_json or _wj)(outp, cfg)

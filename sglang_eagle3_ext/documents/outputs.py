@@ -42,7 +42,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .runtime.errors import UserError
+from ..runtime.errors import UserError
 
 _KINDS = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
           (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))

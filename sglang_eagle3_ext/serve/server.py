@@ -27,6 +27,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..runtime.errors import UserError
+from ..runtime.resources import cache_root
+from ..runtime.settings import POLICY
 from .flags import build_command, node_commands
 from .launch_config import (
     DEFAULT_HOST,
@@ -42,9 +45,6 @@ from .launch_config import (
     override,
     preset_dirs,
 )
-from .runtime.errors import UserError
-from .runtime.resources import cache_root
-from .runtime.settings import POLICY
 
 # Re-exports: the configuration and argv names callers (tests, tools/gpu) use as ``server.*``.
 __all__ = [

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .runtime.errors import UserError
+from ..runtime.errors import UserError
 
 SCHEMA = "eagle3_scan/1"
 CONFIG_NAME = "sglang-adaptive-scan.json"   # the one-tier config the server starts with
@@ -135,7 +135,7 @@ class RecordTail:
 def merge_keys(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """The records' ``by_key`` entries merged over windows (profile_log.by_key_summary: steady
     cycles only; counts add, phases merge cycle-weighted, ``parts`` merge by hold block id)."""
-    from .profile_log import by_key_summary
+    from ..measure.profile_log import by_key_summary
 
     out = by_key_summary(records)
     for k, v in out.items():  # keys whose head lacks a field: the key itself says it
@@ -189,7 +189,7 @@ def _rate(tokens: float, requests: float, cycles: float, ms_sum: float) -> tuple
 def cell(v: dict[str, Any], level: int) -> dict[str, Any]:
     """One (steps, batch size) cell of the scan document from a merged by_key entry; its interval
     is over the key's hold blocks (profile_log.part_rates)."""
-    from .profile_log import part_rates
+    from ..measure.profile_log import part_rates
 
     cyc_ms = ((v.get("phases") or {}).get("cycle") or {}).get("mean_ms")
     blocks = part_rates(v.get("parts") or [])
@@ -537,7 +537,7 @@ class LevelState:
 def hold_env(block: int, candidates: list[int]) -> dict[str, str]:
     """The plugin's hold schedule: blocks of ``block`` cycles, the candidates largest first (the
     server starts at the largest, so block 0 needs no switch; hold.py rotates forth and back)."""
-    from .runtime import settings
+    from ..runtime import settings
 
     return {settings.HOLD.name: str(block),
             settings.HOLD_STEPS.name: ",".join(map(str, sorted(candidates, reverse=True)))}
@@ -565,7 +565,7 @@ def new_document(opts: ScanOptions, version: str, cfg: Any) -> dict[str, Any]:
 
 def finish(doc: dict[str, Any], out_dir: Path, loader: Any, within_pct: float) -> dict[str, Any]:
     """Best per batch size, the adaptive config; write scan.json."""
-    from .bench import write_json
+    from ..measure.bench import write_json
 
     doc["best"] = best_static(doc)
     try:
@@ -582,7 +582,7 @@ def drive_level(srv_url: str, opts: ScanOptions, ls: LevelState, tail: RecordTai
                 progress: Callable[[dict[str, Any]], None], model: str | None) -> str:
     """Bench runs at one concurrency until every candidate has min_cycles steady cycles at that
     batch size (or the time limit); returns the model name the server reported."""
-    from . import bench
+    from ..measure import bench
 
     bopts = bench.BenchOptions(url=srv_url, runs=1, warmup=0, max_tokens=opts.max_tokens,
                                prompts=list(opts.prompts) or [bench.DEFAULT_PROMPT], concurrency=ls.level,
@@ -630,7 +630,7 @@ def drive_level(srv_url: str, opts: ScanOptions, ls: LevelState, tail: RecordTai
 
 def close_level(doc: dict[str, Any], opts: ScanOptions, ls: LevelState) -> None:
     """The level's cells, client figures and probe mix into the document."""
-    from . import bench
+    from ..measure import bench
 
     merged = merge_keys(ls.records)
     doc["cells"] = [c for c in doc["cells"] if c["level"] != ls.level]
@@ -642,7 +642,7 @@ def close_level(doc: dict[str, Any], opts: ScanOptions, ls: LevelState) -> None:
         bdoc = bench.build_result(bopts, opts.model or "", ls.runs, ls.warm)
         doc.setdefault("_bench", {})[str(ls.level)] = bdoc
         doc["client"][str(ls.level)] = {**bench.level_summary(bdoc), "aggregate": client_aggregate(bdoc)}
-    from .profile_log import control_summary
+    from ..measure.profile_log import control_summary
 
     doc["probe_mix"][str(ls.level)] = probe_mix(ls.records)
     doc.setdefault("control", {})[str(ls.level)] = control_summary(ls.records)
@@ -654,7 +654,7 @@ def close_level(doc: dict[str, Any], opts: ScanOptions, ls: LevelState) -> None:
 
 def ladder_doc(doc: dict[str, Any], url: str) -> dict[str, Any] | None:
     """The client's runs as one eagle3_ladder/1 document (profile --bench and compare read it)."""
-    from . import bench
+    from ..measure import bench
 
     levels = [{"concurrency": int(k), "summary": bench.level_summary(b), "bench": b}
               for k, b in sorted((doc.get("_bench") or {}).items(), key=lambda kv: int(kv[0]))]
@@ -670,7 +670,7 @@ def ladder_doc(doc: dict[str, Any], url: str) -> dict[str, Any] | None:
 
 def bench_baseline(url: str, opts: ScanOptions, log: Callable[[str], None]) -> dict[str, Any]:
     """The plain (no-spec) server at every level: the true baseline."""
-    from . import bench
+    from ..measure import bench
 
     out = {}
     for n in opts.levels:
@@ -694,7 +694,7 @@ def run_scan(opts: ScanOptions, cfg: Any, out_dir: Path, *, version: str, loader
     ``cfg``: the LaunchConfig already validated (adaptive config, start step, probes, hold env).
     ``factory(cfg)``: a server-like (``start(wait=True)``, ``stop()``, ``url``, ``log_path``).
     """
-    from .bench import write_json
+    from ..measure.bench import write_json
 
     opts.check()
     doc = new_document(opts, version, cfg)
@@ -779,8 +779,8 @@ def markdown(doc: dict[str, Any]) -> str:
 
 def load(path: str | Path) -> dict[str, Any]:
     """A scan result (a scan folder or its scan.json), checked through records.ScanResult."""
-    from .bench import read_json
-    from .records import ScanResult
+    from ..documents.records import ScanResult
+    from ..measure.bench import read_json
 
     p = Path(path)
     f = p / "scan.json" if p.is_dir() else p

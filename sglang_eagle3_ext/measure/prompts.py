@@ -15,8 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .runtime.errors import UserError
-from .runtime.safeparse import json_loads
+from ..runtime.errors import UserError
+from ..runtime.safeparse import json_loads
 
 Prompt = str | list[dict[str, str]]
 

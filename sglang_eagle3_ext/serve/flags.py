@@ -25,11 +25,10 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
-from .launch_config import LaunchConfig, check_env_names
-from .runtime import settings
-from .runtime.errors import UserError
-from .runtime.safeparse import json_loads
-from .runtime.settings import (
+from ..runtime import settings
+from ..runtime.errors import UserError
+from ..runtime.safeparse import json_loads
+from ..runtime.settings import (
     AUX_LAYERS,
     NCCL,
     PROFILE,
@@ -38,7 +37,8 @@ from .runtime.settings import (
     PROFILE_OUT,
     PROFILE_SPEC,
 )
-from .runtime.sglang_env import SGLangEnv, parse_version
+from ..runtime.sglang_env import SGLangEnv, parse_version
+from .launch_config import LaunchConfig, check_env_names
 
 ALGORITHMS = ("EAGLE", "EAGLE3")
 # NEXTN is SGLang's alias of EAGLE in every release (0.5.23 arg_groups/speculative_hook.py:107-113).
@@ -224,7 +224,7 @@ def _check_basic(cfg: LaunchConfig) -> None:
     if not cfg.profile and (cfg.profile_every or cfg.profile_mode or cfg.profile_out):
         raise _fail("--profile-every/--profile-mode/--profile-out need --profile")
     if cfg.aux_layers is not None:
-        from .runtime.layers import (
+        from ..runtime.layers import (
             parse_layers,  # the one aux-layer parser; UserError(2) with the reason
         )
 
@@ -504,7 +504,7 @@ def build_command(cfg: LaunchConfig, *, node_rank: int | None = None,
     env: dict[str, str] = {}
     nccl = (cfg.nccl or "none").strip()
     if nccl != "none":
-        from .runtime import nccl as nccl_mod
+        from ..runtime import nccl as nccl_mod
 
         for k, v in nccl_mod.preset_env(nccl).items():
             if k not in environ:  # the user's own value wins (same rule as nccl.apply_preset)
@@ -523,7 +523,7 @@ def build_command(cfg: LaunchConfig, *, node_rank: int | None = None,
         if spec:
             env[PROFILE_SPEC.name] = spec
     if cfg.aux_layers:
-        from .runtime.layers import (  # the one parser; normalised spelling
+        from ..runtime.layers import (  # the one parser; normalised spelling
             format_layers,
             parse_layers,
         )
@@ -561,7 +561,7 @@ def validate(cfg: LaunchConfig, env: SGLangEnv, *, sglang_check: bool | None = N
     notes += apply_adaptive(cfg, env, extra)
     _check_spec_values(cfg, extra)
     notes += _check_models(cfg, env, algo)
-    from .runtime.layers import (
+    from ..runtime.layers import (
         check_aux_for_launch,  # count/range vs the local target + draft configs
     )
 

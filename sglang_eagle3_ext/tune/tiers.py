@@ -33,9 +33,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from .runtime.errors import UserError
-from .runtime.probes.window import ALL_PHASES
-from .runtime.safeparse import json_loads
+from ..runtime.errors import UserError
+from ..runtime.probes.window import ALL_PHASES
+from ..runtime.safeparse import json_loads
 
 PHASES = ALL_PHASES  # draft, verify, extend, other, cycle (probes/window.py)
 
@@ -46,7 +46,7 @@ PHASES = ALL_PHASES  # draft, verify, extend, other, cycle (probes/window.py)
 def read_records(path: str | Path) -> list[dict[str, Any]]:
     """Window records of a probe JSONL (lines that are not valid records are skipped: a NaN or a
     word where a count belongs must not reach the fits; ``profile`` names such lines)."""
-    from .profile_log import _check_values
+    from ..measure.profile_log import _check_values
 
     out = []
     p = Path(path)
@@ -72,7 +72,7 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
 
 def by_batch(records: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     """Steady figures per batch size, aggregated over windows (profile_log.by_batch_summary)."""
-    from . import profile_log
+    from ..measure import profile_log
 
     return profile_log.by_batch_summary(records)
 
@@ -193,7 +193,7 @@ def analyse(doc: dict[str, Any], out_dir: str | Path | None = None) -> dict[str,
                     big = max((K for K in rates_of if K >= k), default=None)
                     if big is None:
                         continue
-                    from .analysis import accept_len_from_rates
+                    from ..measure.analysis import accept_len_from_rates
 
                     al, how = accept_len_from_rates(rates_of[big], k), f"per-position acceptance of the {big}-step run"
                 cyc = k * (dfit["a"] + dfit["b"] * b) + vfit["a"] + vfit["b"] * b * (k + 1) + r

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .runtime.errors import UserError
-from .runtime.safeparse import json_loads
+from ..runtime.errors import UserError
+from ..runtime.safeparse import json_loads
 
 SPEC_FILE = "srt/speculative/adaptive_spec_params.py"
 
@@ -116,7 +116,7 @@ def release_loader(package_dir: str | Path) -> ReleaseLoader:
         return None
 
     ns: dict[str, Any] = {"__name__": "sglang_adaptive_from_source", "json": json,
-                          "logger": logging.getLogger("sglang_eagle3_ext.adaptive"),
+                          "logger": logging.getLogger("sglang_eagle3_ext.tune.adaptive"),
                           "log_info_on_rank0": _noop, "__builtins__": __builtins__}
     if "_load_adaptive_config" in defined:
         fmt, names = "tiers", {"_load_adaptive_config", "DEFAULT_ADAPTIVE_CONFIG"}
@@ -194,7 +194,7 @@ def hold_support(env: Any) -> tuple[ReleaseLoader, str | None]:
     0.5.12.post1 switches only after a verify, two batches late; older releases have no adaptive
     runtime. Step 0 is asked of the release's own loader (0.5.16+).
     """
-    from .runtime import stepctl
+    from ..runtime import stepctl
 
     plan = stepctl.plan(env)
     if not plan["ok"]:

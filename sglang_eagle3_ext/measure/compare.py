@@ -11,11 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..commands.console import clean, plain
+from ..documents.records import BenchResult, SweepResults, amount_error
+from ..runtime.errors import UserError
 from .bench import LADDER_SCHEMA, read_json
 from .bench import SCHEMA as BENCH_SCHEMA
-from .console import clean, plain
-from .records import BenchResult, SweepResults, amount_error
-from .runtime.errors import UserError
 
 SWEEP_SCHEMA = "eagle3_sweep/1"
 METRICS = ("decode_tok_s", "e2e_tok_s", "throughput_tok_s")
@@ -188,8 +188,8 @@ def _scan_ladders(data: Any, origin: str) -> list[dict[str, Any]]:
     level's batch size), plus the plain server's when the scan benched one (the baseline then)."""
     if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("eagle3_scan/"):
         return []
-    from . import scan
-    from .records import ScanResult
+    from ..documents.records import ScanResult
+    from ..tune import scan
 
     ScanResult.from_json(data, origin)
     out = []

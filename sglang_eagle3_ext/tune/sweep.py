@@ -21,10 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .bench import BenchOptions, run_bench, run_ladder, write_json
-from .records import SweepResults
-from .runtime.errors import UserError
-from .runtime.safeparse import json_loads, yaml_load
+from ..documents.records import SweepResults
+from ..measure.bench import BenchOptions, run_bench, run_ladder, write_json
+from ..runtime.errors import UserError
+from ..runtime.safeparse import json_loads, yaml_load
 
 SCHEMA = "eagle3_sweep/1"
 MATRIX_KEYS = ("steps", "topk", "draft_tokens", "nccl", "custom_all_reduce")
@@ -199,7 +199,7 @@ def load_spec(path: str | Path) -> SweepSpec:
 
 def launch_config(spec: SweepSpec, c: ConfigSpec, cdir: Path) -> Any:
     """The LaunchConfig of one config (preset, then the sweep's launch keys, then the cell)."""
-    from . import launch_config as lcfg
+    from ..serve import launch_config as lcfg
 
     base = lcfg.load_preset(spec.preset) if spec.preset else lcfg.LaunchConfig()
     if spec.launch:
@@ -226,8 +226,8 @@ def launch_config(spec: SweepSpec, c: ConfigSpec, cdir: Path) -> Any:
 
 def default_factory(cfg: Any, sglang_root: str | None) -> Any:
     """Validate against the installed (or --sglang-root) SGLang, then a real server.Server."""
-    from . import flags, server
-    from .runtime.sglang_env import locate
+    from ..runtime.sglang_env import locate
+    from ..serve import flags, server
 
     flags.validate(cfg, locate(sglang_root))
     return server.Server(cfg)
@@ -253,7 +253,7 @@ def load_results(path: Path) -> dict[str, Any] | None:
             and isinstance(c.get("status"), str) for c in configs):
         raise UserError(f"{path}: damaged sweep results ('configs' must be a list of objects with "
                         "name, slug and status)", exit_code=2)
-    from .compare import _checked  # the bench fields the table and the analysis read
+    from ..measure.compare import _checked  # the bench fields the table and the analysis read
 
     for c in configs:
         if c.get("bench"):
@@ -286,7 +286,7 @@ def profile_summary(path: Path, batch: int | None = None) -> dict[str, Any] | No
     ``all_batches``."""
     if not path.exists() or path.stat().st_size == 0:
         return None
-    from . import profile_log
+    from ..measure import profile_log
 
     try:
         s = profile_log.summarize(profile_log.load(path))
@@ -453,7 +453,7 @@ def _base_for(rec: dict[str, Any], bases: list[dict[str, Any]]) -> dict[str, Any
 
 def analyse(doc: dict[str, Any]) -> dict[str, Any]:
     """Cost-model fit, break-even per config, predicted best k, prediction vs measurement."""
-    from . import analysis
+    from ..measure import analysis
 
     ok = [r for r in doc["configs"] if r.get("status") == "ok" and r.get("bench")]
     bases = [r for r in ok if r["baseline"]]
