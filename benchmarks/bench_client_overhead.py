@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sglang_eagle3_ext.measure import bench  # noqa: E402
+from sglang_eagle3_ext.measure import bench, chat_client  # noqa: E402
 
 
 def free_port() -> int:
@@ -43,13 +43,13 @@ def main() -> None:
                              "--ttft-ms", "0", "--interval-ms", "0"], stdout=subprocess.PIPE, text=True)
     try:
         proc.stdout.readline()  # "stand-in serving on ..."
-        ep = bench.Endpoint(f"http://127.0.0.1:{port}")
+        ep = chat_client.Endpoint(f"http://127.0.0.1:{port}")
         opts = bench.BenchOptions(url=ep.url, max_tokens=a.tokens)
         best_cpu = best_wall = float("inf")
         for _ in range(a.repeats):
-            rec = bench.RequestRecord(prompt_index=0)
+            rec = chat_client.RequestRecord(prompt_index=0)
             c0, w0 = time.process_time(), time.perf_counter()
-            bench.stream_chat(ep, bench.request_body(opts, "x", "m"), rec)
+            chat_client.stream_chat(ep, bench.request_body(opts, "x", "m"), rec)
             cpu, wall = time.process_time() - c0, time.perf_counter() - w0
             assert rec.error is None and rec.completion_tokens == a.tokens, rec
             best_cpu = min(best_cpu, cpu / a.tokens)

@@ -18,7 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sglang_eagle3_ext.measure import profile_log  # noqa: E402
+from sglang_eagle3_ext.documents import prof_records  # noqa: E402
+from sglang_eagle3_ext.measure import accounting, client_twin  # noqa: E402
 
 
 def rows(sweep_dir: Path) -> list[dict]:
@@ -27,19 +28,19 @@ def rows(sweep_dir: Path) -> list[dict]:
         prof = cdir / "prof.jsonl"
         if not prof.exists():
             continue
-        run = profile_log.load(prof)
+        run = prof_records.load(prof)
         ladder = cdir / "ladder.json"
         benches = ([lv["bench"] for lv in json.loads(ladder.read_text())["levels"]] if ladder.exists()
                    else [json.loads((cdir / "bench.json").read_text())])
         for b in benches:
             with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
                 json.dump(b, f)
-            client = profile_log.read_client(f.name)
+            client = client_twin.read_client(f.name)
             Path(f.name).unlink()
-            aligned = profile_log.aligned_run(run, client)
+            aligned = client_twin.aligned_run(run, client)
             if aligned is None:
                 continue
-            a = profile_log.agreement(profile_log.summarize(aligned), client)
+            a = client_twin.agreement(accounting.summarize(aligned), client)
             out.append({"config": cdir.name, "concurrency": client["concurrency"], "basis": a["basis"],
                         "profile_tok_s": a["decode_tok_s"]["profile"], "client_tok_s": client["decode_tok_s"],
                         "tok_s_diff_pct": a["decode_tok_s"]["diff_pct"],

@@ -7,7 +7,7 @@ configs/<slug>/{ladder.json, prof.jsonl}); default docs/data/h200-2026-12-01-r4/
 Like with like, per (steps, load):
 - the scan's figure is its cell: steady probe cycles of that key (steps, batch size = load);
 - the static server's figure at 8 and 32 streams is its own steady probe cycles at that batch size
-  (profile_log.by_batch_summary of its prof.jsonl); at 1 stream its client's aggregate (decode
+  (accounting.by_batch_summary of its prof.jsonl); at 1 stream its client's aggregate (decode
   tokens / decode s over the level's requests), because the static file's bs-1 entry also holds the
   drain cycles of the 8 and 32 stream levels (printed beside it, marked);
 - accept length: the scan's probes against the static server's SGLang counters (its client's
@@ -32,8 +32,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sglang_eagle3_ext.measure import profile_log  # noqa: E402
-from sglang_eagle3_ext.tune import scan  # noqa: E402
+from sglang_eagle3_ext.documents import prof_records, scan_doc  # noqa: E402
+from sglang_eagle3_ext.measure import accounting  # noqa: E402
 
 DEFAULT = ROOT / "docs" / "data" / "h200-2026-12-01-r4" / "scan-8b"
 
@@ -50,10 +50,10 @@ def static_servers(static: Path) -> list[dict[str, Any]]:
         d = static / "configs" / c["slug"]
         lad = json.loads((d / "ladder.json").read_text())
         prof = d / "prof.jsonl"
-        by_batch = profile_log.by_batch_summary(profile_log.load(prof).records) if prof.is_file() else {}
+        by_batch = accounting.by_batch_summary(prof_records.load(prof).records) if prof.is_file() else {}
         levels = {}
         for lv in lad["levels"]:
-            agg = scan.client_aggregate(lv["bench"])
+            agg = scan_doc.client_aggregate(lv["bench"])
             levels[int(lv["concurrency"])] = {
                 "client_aggregate": agg["per_stream_tok_s"] if agg else None,
                 "client_mean": lv["summary"]["per_stream_tok_s"],
@@ -81,8 +81,8 @@ def campaign_starts(log: Path) -> dict[str, Any] | None:
 
 
 def compare(folder: Path) -> dict[str, Any]:
-    doc = scan.load(folder / "scan")
-    cells = {(c["steps"], c["bs"]): c for c in scan.main_cells(doc)}
+    doc = scan_doc.load(folder / "scan")
+    cells = {(c["steps"], c["bs"]): c for c in scan_doc.main_cells(doc)}
     servers = static_servers(folder / "static")
     rows = []
     for srv in servers:
@@ -130,7 +130,7 @@ def compare(folder: Path) -> dict[str, Any]:
         wall["sweep_same_grid_basis"] = (f"{len(doc['candidates'])} servers x (start {starts['per_server_s']:.1f} s + "
                                          f"bench {per_bench:.1f} s), the measured means of the spec servers here")
     return {"rows": rows, "step0": step0, "best": best, "wall": wall,
-            "twin": [scan.twin(doc, n) for n in doc["levels"]]}
+            "twin": [scan_doc.twin(doc, n) for n in doc["levels"]]}
 
 
 def _f(v: Any, spec: str = ".1f") -> str:

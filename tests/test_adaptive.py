@@ -248,7 +248,7 @@ def test_sglang_0_5_23_own_checks_accept_what_launch_builds(models):
     """SGLang 0.5.23's own prepare_server_args + resolution (one child Python, CPU: --device cuda
     added by the checker) on the argv `launch --adaptive` builds, and on one it would refuse."""
     from sglang_eagle3_ext.runtime.sglang_env import locate
-    from sglang_eagle3_ext.serve import flags, server
+    from sglang_eagle3_ext.serve import flags, server, sglang_check
 
     env = locate()
     cfg = server.LaunchConfig(model=models["t"], draft=models["d"], adaptive=models["cfg"], tp=8)
@@ -257,7 +257,7 @@ def test_sglang_0_5_23_own_checks_accept_what_launch_builds(models):
     bad = list(good)
     bad[bad.index("--speculative-num-steps") + 1] = "5"
     bad[bad.index("--speculative-num-draft-tokens") + 1] = "6"
-    ok, refused = flags.sglang_check_many([good, bad], env=subprocess_env())
+    ok, refused = sglang_check.sglang_check_many([good, bad], env=subprocess_env())
     assert ok["ok"], ok
     assert ok["resolved"]["speculative_num_steps"] == 7 and ok["resolved"]["speculative_num_draft_tokens"] == 8
     assert not refused["ok"] and "not in the adaptive config candidate_steps" in refused["message"]

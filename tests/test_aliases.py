@@ -22,6 +22,7 @@ from conftest import REPO
 
 from sglang_eagle3_ext import _aliases
 from sglang_eagle3_ext.runtime import layers, plugin, probes
+from sglang_eagle3_ext.runtime.plugin import overview, procstate
 
 PKG = REPO / "sglang_eagle3_ext"
 PROBE_SUBMODULES = sorted(p.stem for p in (PKG / "runtime" / "probes").glob("*.py") if p.stem != "__init__")
@@ -88,17 +89,17 @@ def test_names_that_did_not_move_are_not_aliased():
 
 def test_entry_point_old_and_new_values_load_register(monkeypatch):
     meta = tomllib.loads((REPO / "pyproject.toml").read_text())
-    value = meta["project"]["entry-points"]["sglang.srt.plugins"][plugin.ENTRY_POINT_NAME]
-    assert value == plugin.ENTRY_POINT == "sglang_eagle3_ext.runtime.plugin:register"
+    value = meta["project"]["entry-points"]["sglang.srt.plugins"][procstate.ENTRY_POINT_NAME]
+    assert value == procstate.ENTRY_POINT == "sglang_eagle3_ext.runtime.plugin:register"
     group = "sglang.srt.plugins"
-    for v in (plugin.ENTRY_POINT, "sglang_eagle3_ext.plugin:register"):
-        ep = importlib.metadata.EntryPoint(plugin.ENTRY_POINT_NAME, v, group)
+    for v in (procstate.ENTRY_POINT, "sglang_eagle3_ext.plugin:register"):
+        ep = importlib.metadata.EntryPoint(procstate.ENTRY_POINT_NAME, v, group)
         assert ep.load() is plugin.register, v
         monkeypatch.setattr(importlib.metadata, "entry_points", lambda group=None, ep=ep: [ep])
-        assert plugin.entry_point_present(), v  # doctor sees an install made before the move
+        assert overview.entry_point_present(), v  # doctor sees an install made before the move
     other = importlib.metadata.EntryPoint("x", "other.mod:register", group)
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda group=None: [other])
-    assert not plugin.entry_point_present()
+    assert not overview.entry_point_present()
 
 
 def test_pre_move_layers_block_binds_the_override():

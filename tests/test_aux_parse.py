@@ -11,6 +11,7 @@ from test_launch import model_env, no_popen, run_cli  # noqa: F401 - fixtures
 from sglang_eagle3_ext import cli
 from sglang_eagle3_ext.runtime import layers, plugin
 from sglang_eagle3_ext.runtime.errors import UserError
+from sglang_eagle3_ext.runtime.plugin import hookplan, procstate
 
 
 @pytest.mark.parametrize("bad,msg", [
@@ -64,11 +65,11 @@ def test_patch_apply_normalises_the_value(release_copy, capsys):
 
 def test_plugin_logs_a_bad_value_once_and_keeps_the_hook_off(monkeypatch, caplog):
     """The plugin runs inside SGLang: a bad SGLANG_EAGLE3_AUX_LAYERS is logged, never raised."""
-    monkeypatch.setenv(plugin.ENV_AUX, "1,,2")
+    monkeypatch.setenv(procstate.ENV_AUX, "1,,2")
     seen = {}
     monkeypatch.setattr(plugin, "_process_role", lambda: "scheduler")
-    monkeypatch.setattr(plugin, "plan_hooks", lambda env, **kw: seen.update(kw) or plugin.Plan('0.5.23'))
-    monkeypatch.setattr(plugin._S, "role", None)
+    monkeypatch.setattr(hookplan, "plan_hooks", lambda env, **kw: seen.update(kw) or hookplan.Plan('0.5.23'))
+    monkeypatch.setattr(procstate._S, "role", None)
     with caplog.at_level(logging.ERROR):
-        plugin._register(plugin.switches())
+        plugin._register(hookplan.switches())
     assert seen["aux"] is False and "empty item" in caplog.text

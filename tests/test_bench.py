@@ -17,7 +17,8 @@ import pytest
 from standin_openai import StandIn
 
 from sglang_eagle3_ext import cli
-from sglang_eagle3_ext.measure import bench
+from sglang_eagle3_ext.documents import bench_doc
+from sglang_eagle3_ext.measure import bench, chat_client
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -107,7 +108,7 @@ def test_parse_counters_sums_label_sets_and_ignores_others():
         'sglang:generation_tokens_total{is_streaming="false"} 2.0\n'
         "sglang:spec_accept_length 3.5\n"
     )
-    assert bench.parse_counters(text) == {
+    assert chat_client.parse_counters(text) == {
         "sglang:spec_verify_calls_total": 15.0, "sglang:generation_tokens_total": 42.0}
 
 
@@ -120,7 +121,7 @@ def test_cli_bench_writes_result_and_compare_reads_it(tmp_path, capsys):
         assert s.requests[0]["messages"][0]["content"] == "hi"
     assert rc == 0
     doc = json.loads(out.read_text())
-    assert doc["schema"] == bench.SCHEMA and doc["label"] == "eagle3 s2"
+    assert doc["schema"] == bench_doc.SCHEMA and doc["label"] == "eagle3 s2"
     assert len(doc["runs"]) == 2 and doc["summary"]["accept_source"] == "sglext"
     text = capsys.readouterr().out
     assert "decode tok/s" in text and "accept length" in text and "incl. bonus" in text
@@ -159,7 +160,7 @@ def _runs_from(path: Path, concurrency: int) -> list[bench.RunRecord]:
     """Runs of one ladder level of a committed H200 bench document, as build_result gets them."""
     doc = json.loads(path.read_text())
     lv = next(x for x in doc["levels"] if x["concurrency"] == concurrency)
-    return [bench.RunRecord(**{**r, "requests": [bench.RequestRecord(**q) for q in r["requests"]]})
+    return [bench.RunRecord(**{**r, "requests": [chat_client.RequestRecord(**q) for q in r["requests"]]})
             for r in lv["bench"]["runs"]]
 
 

@@ -20,6 +20,7 @@ import pytest
 from standin_openai import StandIn
 
 from sglang_eagle3_ext import cli
+from sglang_eagle3_ext.documents import bench_doc
 from sglang_eagle3_ext.measure import bench, compare
 from sglang_eagle3_ext.measure.prompts import parse_prompts
 
@@ -38,7 +39,7 @@ def test_ladder_one_bench_per_level(tmp_path, capsys):
     assert len(sent) == (1 + 2 + 4) * 3            # (warm-up + 2 runs) per level
     assert all(b["ignore_eos"] is True for b in sent)
     doc = json.loads(out.read_text())
-    assert doc["schema"] == bench.LADDER_SCHEMA and doc["params"]["levels"] == [1, 2, 4]
+    assert doc["schema"] == bench_doc.LADDER_SCHEMA and doc["params"]["levels"] == [1, 2, 4]
     lv = [x["summary"] for x in doc["levels"]]
     assert [x["concurrency"] for x in lv] == [1, 2, 4]
     for x in lv:  # each stream runs at the stand-in's clock whatever the level
@@ -48,7 +49,7 @@ def test_ladder_one_bench_per_level(tmp_path, capsys):
     # total throughput grows with the streams in flight
     assert lv[2]["throughput_tok_s"] > 3 * lv[0]["throughput_tok_s"]
     # each level keeps a full bench document
-    assert doc["levels"][1]["bench"]["schema"] == bench.SCHEMA
+    assert doc["levels"][1]["bench"]["schema"] == bench_doc.SCHEMA
     text = capsys.readouterr().out
     assert "ladder: s2" in text and "incl. bonus" in text
 

@@ -17,7 +17,8 @@ import json
 import pytest
 
 from sglang_eagle3_ext import cli
-from sglang_eagle3_ext.measure import bench, compare
+from sglang_eagle3_ext.documents import jsonio
+from sglang_eagle3_ext.measure import bench, chat_client, compare
 
 SEEDS = [
     # label, per-run decode tok/s (avg, peak = seeds), accept length (incl. bonus) or None
@@ -32,7 +33,7 @@ SEEDS = [
 def _doc(label: str, speeds: list[float], al: float | None) -> dict:
     runs = []
     for i, v in enumerate(speeds):
-        rec = bench.RequestRecord(prompt_index=0, completion_tokens=1000, decode_tok_s=v)
+        rec = chat_client.RequestRecord(prompt_index=0, completion_tokens=1000, decode_tok_s=v)
         verify = round(1000 / al) if al else None
         runs.append(bench.RunRecord(
             index=i + 1, wall_s=1000 / v, requests=[rec], decode_tok_s=v, e2e_tok_s=v * 0.99,
@@ -47,7 +48,7 @@ def seed_files(tmp_path):
     paths = []
     for i, (label, speeds, al) in enumerate(SEEDS):
         p = tmp_path / f"{i}.json"
-        bench.write_json(p, _doc(label, speeds, al))
+        jsonio.write_json(p, _doc(label, speeds, al))
         paths.append(str(p))
     return paths
 

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from sglang_eagle3_ext.measure import profile_log
-from sglang_eagle3_ext.measure.profile_log import ProfileRun
+from sglang_eagle3_ext.documents import prof_records
+from sglang_eagle3_ext.documents.prof_records import ProfileRun
+from sglang_eagle3_ext.measure import accounting, client_twin
 from sglang_eagle3_ext.tune import sweep
 
 REPO = Path(__file__).resolve().parent.parent
@@ -43,7 +44,7 @@ def test_profile_bench_compares_aligned_steady_batch_1_with_the_client():
     assert re.fullmatch(r"\d+ of 33 window\(s\) closed while the bench ran", a["windows"]), a["windows"]
 
     # the old comparison: the whole file's steady figure (every batch size of the ladder mixed in)
-    whole = profile_log.summarize(profile_log.load(S3 / "prof.jsonl"))
+    whole = accounting.summarize(prof_records.load(S3 / "prof.jsonl"))
     assert whole["basis"] == "steady"
     old_diff = (whole["eff_tok_s"] / a["client"]["decode_tok_s"] - 1.0) * 100.0
     assert old_diff < -15.0, (whole["eff_tok_s"], a["client"]["decode_tok_s"])
@@ -60,12 +61,12 @@ def test_profile_bench_table_says_which_windows():
 def test_bench_time_is_its_end_so_level_1_windows_are_mostly_batch_1():
     """bench.build_result stamps ``time`` after the runs: the span reaches back over the walls. Read
     as a start, the level-1 span held mostly the batch-8/32 windows of the next ladder levels."""
-    run = profile_log.load(S3 / "prof.jsonl")
-    client = profile_log.read_client(S3 / "bench.json")
+    run = prof_records.load(S3 / "prof.jsonl")
+    client = client_twin.read_client(S3 / "bench.json")
     end = dt.datetime.strptime(json.loads((S3 / "bench.json").read_text())["time"], "%Y-%m-%dT%H:%M:%S%z")
     assert client["span"][1] == end.timestamp() + 1.0
     assert client["span"][0] < end.timestamp() - 2.0  # ~2.2 s of runs before it
-    bb = profile_log.summarize(profile_log.aligned_run(run, client), all_windows=True)["by_batch"]
+    bb = accounting.summarize(client_twin.aligned_run(run, client), all_windows=True)["by_batch"]
     assert bb["1"]["cycles"] > sum(v["cycles"] for k, v in bb.items() if k != "1")
 
 
@@ -85,14 +86,14 @@ def test_aligned_run_keeps_windows_inside_the_span():
     recs = [{"window": i, "time": _iso(t + dt_)} for i, dt_ in enumerate([-10, -2, 0, 3, 5, 6, 20], start=1)]
     recs.append({"window": 8})  # no time: never lined up
     run = ProfileRun(path="p.jsonl", kind="jsonl", records=recs)
-    got = profile_log.aligned_run(run, _client((t - 2.0, t + 5.0)))
+    got = client_twin.aligned_run(run, _client((t - 2.0, t + 5.0)))
     assert [r["window"] for r in got.records] == [2, 3, 4, 5]
     assert got.notes == ["4 of 8 window(s) closed while the bench ran"]
     assert got.path == "p.jsonl" and got.kind == "jsonl"
-    assert profile_log.aligned_run(run, _client((t + 100.0, t + 200.0))) is None  # no overlap
-    assert profile_log.aligned_run(run, _client(None)) is None  # e.g. a bench_serving result
+    assert client_twin.aligned_run(run, _client((t + 100.0, t + 200.0))) is None  # no overlap
+    assert client_twin.aligned_run(run, _client(None)) is None  # e.g. a bench_serving result
     log_run = ProfileRun(path="p.log", kind="log", records=recs)
-    assert profile_log.aligned_run(log_run, _client((t - 100.0, t + 100.0))) is None
+    assert client_twin.aligned_run(log_run, _client((t - 100.0, t + 100.0))) is None
 
 
 def test_read_client_span_from_a_bench_document(tmp_path):
@@ -102,23 +103,23 @@ def test_read_client_span_from_a_bench_document(tmp_path):
     f = tmp_path / "b.json"
     f.write_text(json.dumps(doc))
     end = dt.datetime(2026, 12, 1, 3, 41, 43, tzinfo=dt.timezone.utc).timestamp()
-    c = profile_log.read_client(f)
+    c = client_twin.read_client(f)
     assert c["concurrency"] == 8
     assert c["span"] == (end - 6.0 - 1.0, end + 1.0)
     doc["time"] = "not a time"
     f.write_text(json.dumps(doc))
-    assert profile_log.read_client(f)["span"] is None
+    assert client_twin.read_client(f)["span"] is None
 
 
 def test_agreement_uses_steady_batch_c_else_the_summary_figures():
     summary = {"basis": "steady", "eff_tok_s": 80.0, "accept_len": 1.8, "all_cycles": {"eff_tok_s": 60.0},
                "by_batch": {"8": {"per_stream_tok_s": 110.0, "accept_len": 2.2}}}
-    a8 = profile_log.agreement(summary, _client(None, conc=8))
+    a8 = client_twin.agreement(summary, _client(None, conc=8))
     assert a8["basis"] == "steady batch-8"
     assert a8["decode_tok_s"] == {"profile": 110.0, "client": 100.0, "diff_pct": 10.0}
     assert a8["accept_len"]["profile"] == 2.2 and a8["accept_len"]["diff_pct"] == 10.0
     for conc in (1, None):  # by_batch lacks that concurrency / the client has none
-        a = profile_log.agreement(summary, _client(None, conc=conc))
+        a = client_twin.agreement(summary, _client(None, conc=conc))
         assert a["basis"] == "steady"
         assert a["decode_tok_s"]["profile"] == 80.0 and a["decode_tok_s"]["diff_pct"] == -20.0
         assert a["accept_len"]["profile"] == 1.8 and a["accept_len"]["diff_pct"] == -10.0

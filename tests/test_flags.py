@@ -14,7 +14,7 @@ import pytest
 
 from sglang_eagle3_ext.runtime.errors import UserError
 from sglang_eagle3_ext.runtime.sglang_env import locate
-from sglang_eagle3_ext.serve import flags, releases
+from sglang_eagle3_ext.serve import flags, release_flags, releases, sglang_check
 from sglang_eagle3_ext.serve.server import LaunchConfig
 
 LLAMA = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
@@ -205,14 +205,14 @@ def test_flags_must_exist_in_release(models):
 
 def test_known_flags_every_release(release_root):
     env = locate(release_root)
-    known = flags.known_flags(env)
+    known = release_flags.known_flags(env)
     for f in ("--model-path", "--speculative-algorithm", "--speculative-num-steps", "--speculative-eagle-topk",
               "--speculative-num-draft-tokens", "--speculative-draft-model-path", "--tp-size", "--host",
               "--port", "--page-size", "--attention-backend", "--nnodes", "--node-rank", "--dist-init-addr"):
         assert f in known, (env.version, f)
     # version map section 6: --speculative-adaptive first in 0.5.12 of the pinned set
     assert ("--speculative-adaptive" in known) == env.at_least("0.5.12"), env.version
-    assert "LlamaForCausalLMEagle3" in flags.eagle3_archs(env)
+    assert "LlamaForCausalLMEagle3" in release_flags.eagle3_archs(env)
 
 
 def test_owned_flags_not_in_extra(models):
@@ -247,15 +247,15 @@ def test_basic_settings_pass(models):
 
 def test_sglang_check_import_failure_is_an_environment_error(monkeypatch):
     """SGLang that cannot import (a broken env) is not "SGLang rejects these arguments"."""
-    monkeypatch.setattr(flags, "sglang_check_many", lambda argvs, **kw: [
+    monkeypatch.setattr(sglang_check, "sglang_check_many", lambda argvs, **kw: [
         {"ok": False, "type": "ModuleNotFoundError", "message": "No module named 'torchvision'",
          "where": "sglang/srt/multimodal/internvl_utils.py:5"}])
     with pytest.raises(UserError) as ei:
-        flags.run_sglang_checks(["python", "-m", "sglang.launch_server", "--model-path", "m"])
+        sglang_check.run_sglang_checks(["python", "-m", "sglang.launch_server", "--model-path", "m"])
     assert ei.value.exit_code == 1
     assert "could not import SGLang" in str(ei.value) and "--no-sglang-check" in str(ei.value)
-    monkeypatch.setattr(flags, "sglang_check_many", lambda argvs, **kw: [
+    monkeypatch.setattr(sglang_check, "sglang_check_many", lambda argvs, **kw: [
         {"ok": False, "type": "AssertionError", "message": "", "where": "sglang/srt/x.py:9: assert y"}])
     with pytest.raises(UserError) as ei:
-        flags.run_sglang_checks(["python", "-m", "sglang.launch_server", "--model-path", "m"])
+        sglang_check.run_sglang_checks(["python", "-m", "sglang.launch_server", "--model-path", "m"])
     assert ei.value.exit_code == 2 and "SGLang rejects these arguments" in str(ei.value)

@@ -1,4 +1,4 @@
-"""SGLang 0.5.23's OWN argument resolution and checks, driven by flags.sglang_check_many.
+"""SGLang 0.5.23's OWN argument resolution and checks, driven by sglang_check.sglang_check_many.
 
 One child Python (SGLang imports cost 8-16 s) resolves several launch argvs built by the wrapper
 against config-only model folders (tiny Llama target + LlamaForCausalLMEagle3 draft). No GPU:
@@ -13,7 +13,7 @@ from test_flags import write_model
 
 from sglang_eagle3_ext.runtime.errors import UserError
 from sglang_eagle3_ext.runtime.sglang_env import locate
-from sglang_eagle3_ext.serve import flags, server
+from sglang_eagle3_ext.serve import flags, server, sglang_check
 
 pytestmark = [pytest.mark.sglang, requires_sglang]
 RESULTS: dict[str, dict] = {}
@@ -42,7 +42,7 @@ def test_sglang_own_checks(tmp_path):
         "silent_fixup": argv(draft_tokens=5),
         "window0": argv("--speculative-draft-window-size", "0"),
     }
-    res = dict(zip(cases, flags.sglang_check_many(list(cases.values()), env=subprocess_env()), strict=True))
+    res = dict(zip(cases, sglang_check.sglang_check_many(list(cases.values()), env=subprocess_env()), strict=True))
 
     assert res["ok"]["ok"] and res["ok"]["device_added"]
     assert res["ok"]["resolved"]["speculative_num_draft_tokens"] == 3
@@ -52,11 +52,11 @@ def test_sglang_own_checks(tmp_path):
     # bare AssertionError (empty message) -> the failing SGLang source line names the problem
     r = res["only_topk"]
     assert not r["ok"] and r["type"] == "AssertionError" and r["message"] == ""
-    line = flags.check_message(r)
+    line = sglang_check.check_message(r)
     assert "speculative_hook.py:" in line and "failed at" in line and "\n" not in line
     r = res["only_steps"]
     assert r["type"] == "TypeError" and "NoneType" in r["message"]
-    assert "speculative_hook.py:" in flags.check_message(r)
+    assert "speculative_hook.py:" in sglang_check.check_message(r)
     r = res["rejection_topk4"]
     assert r["type"] == "ValueError" and "requires --speculative-eagle-topk=1" in r["message"]
     r = res["unknown_flag"]
@@ -72,7 +72,7 @@ def test_validate_turns_sglang_error_into_exit_2(tmp_path, monkeypatch):
     if "window0" not in RESULTS:
         pytest.skip("needs test_sglang_own_checks to run first")
     seen = []
-    monkeypatch.setattr(flags, "sglang_check_many",
+    monkeypatch.setattr(sglang_check, "sglang_check_many",
                         lambda argvs, **kw: seen.append(argvs) or [RESULTS["window0"]])
     target = write_model(tmp_path / "t", "LlamaForCausalLM")
     draft = write_model(tmp_path / "d", "LlamaForCausalLMEagle3", num_hidden_layers=1, draft_vocab_size=512)

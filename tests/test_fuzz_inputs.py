@@ -220,7 +220,7 @@ def test_tiny_out_under_a_file():
 from hostile_http import Hostile, good_chunks, sse  # noqa: E402
 
 from sglang_eagle3_ext import cli as cli_mod  # noqa: E402
-from sglang_eagle3_ext.measure import bench as bench_mod  # noqa: E402
+from sglang_eagle3_ext.measure import chat_client  # noqa: E402
 from sglang_eagle3_ext.measure.httpio import BadStream  # noqa: E402
 from sglang_eagle3_ext.runtime.errors import UserError  # noqa: E402
 
@@ -262,9 +262,9 @@ def test_fuzz_stream_chunks_and_usage_blocks():
     """Each variant chunk: folded into a request record, or BadStream (the request's reason)."""
     n = 0
     for chunk in _chunk_variants():
-        rec = bench_mod.RequestRecord(prompt_index=0)
+        rec = chat_client.RequestRecord(prompt_index=0)
         try:
-            bench_mod._take_chunk(chunk, rec, 0.01)
+            chat_client._take_chunk(chunk, rec, 0.01)
         except BadStream as exc:
             assert str(exc) and "\n" not in str(exc)
             n += 1
@@ -287,9 +287,9 @@ def test_fuzz_streams_over_http():
         write(next(served))
 
     with Hostile(script) as h:
-        ep = bench_mod.Endpoint(h.url, timeout_s=5.0)
+        ep = chat_client.Endpoint(h.url, timeout_s=5.0)
         for i in range(len(streams)):
-            rec = bench_mod.stream_chat(ep, {"max_tokens": 4, "messages": []}, bench_mod.RequestRecord(0))
+            rec = chat_client.stream_chat(ep, {"max_tokens": 4, "messages": []}, chat_client.RequestRecord(0))
             assert rec.error is None or ("a bug in" not in rec.error and "\n" not in rec.error), (i, rec.error)
 
 

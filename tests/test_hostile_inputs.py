@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from sglang_eagle3_ext import cli
-from sglang_eagle3_ext.measure import profile_log
+from sglang_eagle3_ext.documents import prof_records
+from sglang_eagle3_ext.measure import accounting
 from sglang_eagle3_ext.runtime.errors import UserError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -249,7 +250,7 @@ def test_case15_partial_last_line_is_skipped_with_a_note(tmp_path, capsys):
     assert rc == 0
     doc = json.loads(out)
     assert any("last line is incomplete" in n for n in doc["files"][0]["notes"])
-    assert doc["files"][0]["cycles"] == profile_log.summarize(profile_log.load(STEADY))["cycles"]
+    assert doc["files"][0]["cycles"] == accounting.summarize(prof_records.load(STEADY))["cycles"]
     # the same bad line with a newline after it is damage, not a live write
     f.write_text(whole + json.dumps(_RECS[0])[:57] + "\n" + whole)
     rc, _, err = run_cli(capsys, "profile", f)
@@ -325,7 +326,7 @@ def test_case14_sweep_tiers_skip_records_with_bad_values(tmp_path):
     f = _jsonl(tmp_path, [good, bad_key, bad_val])
     recs = tiers.read_records(f)
     assert len(recs) == 1
-    assert tiers.by_batch(recs) == profile_log.by_batch_summary([good])
+    assert tiers.by_batch(recs) == accounting.by_batch_summary([good])
 
 
 def test_case15_a_named_pipe_still_reads(tmp_path, capsys):

@@ -10,6 +10,7 @@ import pytest
 from test_plugin import _small_root, fresh  # noqa: F401 - fresh is a fixture
 
 from sglang_eagle3_ext.runtime import plugin, probes, settings, sglang_env
+from sglang_eagle3_ext.runtime.plugin import hookplan, procstate
 
 
 @pytest.mark.parametrize("raw", ["garbage", "disable", "disabled", "2", "tru"])
@@ -18,7 +19,7 @@ def test_profile_words_that_are_not_yes_leave_the_probes_off_and_say_so(raw, cap
     s = probes.settings({"EAGLE3_PROFILE": raw})
     assert s["enabled"] is False
     assert f"EAGLE3_PROFILE={raw!r} is not 1/0" in capsys.readouterr().err
-    assert plugin.switches({"EAGLE3_PROFILE": raw})["profile"] is False
+    assert hookplan.switches({"EAGLE3_PROFILE": raw})["profile"] is False
 
 
 @pytest.mark.parametrize("raw,on", [("1", True), ("true", True), ("YES", True), (" on ", True),
@@ -40,17 +41,17 @@ def test_worker_that_does_not_compile_is_one_warning_no_traceback(fresh, tmp_pat
             records.append(record)
 
     h = Keep()
-    plugin.logger.addHandler(h)
+    procstate.logger.addHandler(h)
     try:
         plugin.register()  # never raises
     finally:
-        plugin.logger.removeHandler(h)
+        procstate.logger.removeHandler(h)
     err = capsys.readouterr().err
     assert "Traceback" not in err, err
     bad = [r for r in records if r.levelno >= logging.WARNING]
     assert len(bad) == 1 and bad[0].exc_info is None, [r.getMessage() for r in records]
     assert "not valid Python" in bad[0].getMessage() or "invalid syntax" in bad[0].getMessage()
-    assert plugin._S.registered == []
+    assert procstate._S.registered == []
 
 
 def test_demo_profile_hint_quotes_its_path(release_copy, tmp_path, capsys, monkeypatch):

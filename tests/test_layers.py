@@ -21,7 +21,7 @@ from sglang_eagle3_ext import cli
 from sglang_eagle3_ext.runtime import layers
 from sglang_eagle3_ext.runtime.errors import UserError
 from sglang_eagle3_ext.runtime.sglang_env import locate
-from sglang_eagle3_ext.serve import releases
+from sglang_eagle3_ext.serve import layer_check, releases
 
 DATA = Path(__file__).parent / "data" / "layers"
 KIMI = DATA / "kimi_k25_target"
@@ -293,7 +293,7 @@ def test_parse_and_convert():
 ])
 def test_worked_example_kimi_k25(version, ids, prefill, decode):
     """Reference 3.3 worked example on the 61-layer Kimi-K2.5 target."""
-    rep = layers.check(json.loads((KIMI / "config.json").read_text()),
+    rep = layer_check.check(json.loads((KIMI / "config.json").read_text()),
                        {"architectures": ["LlamaForCausalLMEagle3"],
                         "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids}}, version)
     assert (rep.prefill_loop, rep.decode_loop) == (prefill, decode)
@@ -539,11 +539,11 @@ def test_check_judges_the_aux_layers_override():
     draft = {"architectures": ["LlamaForCausalLMEagle3"],
              "eagle_config": {"eagle_aux_hidden_state_layer_ids": [3, 17, 30]}}
     trained = layers.parse_layers("2,16,29")
-    default = layers.check(target, draft, "0.5.16", trained)
+    default = layer_check.check(target, draft, "0.5.16", trained)
     assert not default.ok and layers.format_layers([layers.from_loop(i) for i in default.prefill_loop]) == "3,17,30"
-    fixed = layers.check(target, draft, "0.5.16", trained, layers.parse_layers("2,16,29"))
+    fixed = layer_check.check(target, draft, "0.5.16", trained, layers.parse_layers("2,16,29"))
     assert fixed.ok and fixed.prefill_loop == fixed.decode_loop == [3, 17, 30]
-    off = layers.check(target, draft, "0.5.16", trained, layers.parse_layers("1,15,28"))
+    off = layer_check.check(target, draft, "0.5.16", trained, layers.parse_layers("1,15,28"))
     assert not off.ok and "1, 15, 28" in off.problems[0].what
 
 

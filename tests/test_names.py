@@ -11,7 +11,8 @@ from conftest import REPO
 
 from sglang_eagle3_ext import patcher
 from sglang_eagle3_ext.commands import profile as profile_cmd
-from sglang_eagle3_ext.measure import plot, profile_log
+from sglang_eagle3_ext.documents import prof_blocks
+from sglang_eagle3_ext.measure import plot
 from sglang_eagle3_ext.patcher import transform
 from sglang_eagle3_ext.runtime.probes import metrics, window
 from sglang_eagle3_ext.tune import tiers
@@ -54,16 +55,16 @@ def test_no_second_phase_tuple():
 def test_users_share_the_objects():
     assert tiers.PHASES is window.ALL_PHASES and metrics.PHASES is window.ALL_PHASES
     assert plot.PHASES is window.PHASES and list(plot.PHASE_LABELS) == list(window.PHASES)
-    assert profile_log.LABEL_TO_PHASE is window.LABEL_TO_PHASE
+    assert prof_blocks.LABEL_TO_PHASE is window.LABEL_TO_PHASE
     assert dict(profile_cmd._LABELS) == window.LABELS
     assert transform.MARKER is patcher.MARKER
-    from sglang_eagle3_ext.runtime import plugin
+    from sglang_eagle3_ext.runtime.plugin import hookplan
 
-    assert plugin.MARKER is patcher.MARKER
+    assert hookplan.MARKER is patcher.MARKER
 
 
 def test_block_labels_parse_back():
-    """The block window.py writes is read back by profile_log through the same label map."""
+    """The block window.py writes is read back by documents.prof_blocks through the same label map."""
     for name, label in window.LABELS.items():
-        m = profile_log._PHASE_LINE.search(f"  {label + ':':<17}   1.00 ms/cyc  ( 10.0%)")
+        m = prof_blocks._PHASE_LINE.search(f"  {label + ':':<17}   1.00 ms/cyc  ( 10.0%)")
         assert m and window.LABEL_TO_PHASE[m["label"]] == name

@@ -20,6 +20,7 @@ import pytest
 from conftest import REPO, requires_sglang, subprocess_env
 
 from sglang_eagle3_ext.runtime import plugin, probes, sglang_env
+from sglang_eagle3_ext.runtime.plugin import hookplan, overview, procstate, wrappers
 from sglang_eagle3_ext.serve import releases
 
 OUR_ENV = ("EAGLE3_PROFILE", "EAGLE3_PROFILE_TRACE", "SGLANG_EAGLE3_NCCL", "SGLANG_EAGLE3_AUX_LAYERS",
@@ -46,14 +47,15 @@ ew.run_eagle_verify = lambda batch, **kw: (order.append("verify"), types.SimpleN
 from sglang.srt.plugins import load_plugins
 from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 load_plugins()
-from sglang_eagle3_ext import plugin, probes
-R = {"patched": sorted(HookRegistry._patched), "registered": [h.target for h in plugin._S.registered],
-     "missing": plugin._S.missing, "role": plugin._S.role,
+from sglang_eagle3_ext.runtime import probes
+from sglang_eagle3_ext.runtime.plugin import apply_check, hookplan, overview, procstate
+R = {"patched": sorted(HookRegistry._patched), "registered": [h.target for h in procstate._S.registered],
+     "missing": procstate._S.missing, "role": procstate._S.role,
      "nccl": {k: os.environ.get(k) for k in ("NCCL_PROTO", "NCCL_ALGO", "NCCL_P2P_LEVEL")}}
 
 # Tree hooks (issue 24): the names the worker code looks up in its own module globals.
 from sglang.srt.speculative import eagle_worker_common as ewc
-from sglang_eagle3_ext.probes import tree as ptree
+from sglang_eagle3_ext.runtime.probes import tree as ptree
 def ours(fn, hook):
     return hasattr(fn, "__wrapped__") and hook in [c.cell_contents for c in (fn.__closure__ or ())]
 bvi = ew.__dict__["build_eagle_verify_input"]            # what EAGLEWorkerV2's call resolves
@@ -109,14 +111,14 @@ from sglang.srt.distributed import parallel_state as ps
 ps.init_distributed_environment(backend="gloo", world_size=1, rank=0, local_rank=0,
                                 distributed_init_method="tcp://127.0.0.1:%d" % (29500 + os.getpid() % 500))
 ps.initialize_model_parallel()
-R["allreduce"] = plugin._S.allreduce
+R["allreduce"] = procstate._S.allreduce
 
 bogus = "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2.no_such_method"
 HookRegistry.register(bogus, lambda original, *a, **k: original(*a, **k), HookType.AROUND)
-plugin._S.registered.append(plugin.Hook("verify", "v2", bogus))
+procstate._S.registered.append(hookplan.Hook("verify", "v2", bogus))
 HookRegistry.apply_hooks()
-R["missing_after_bogus"] = plugin.verify()
-R["describe"] = plugin.describe()
+R["missing_after_bogus"] = apply_check.verify()
+R["describe"] = overview.describe()
 print("RESULT " + json.dumps(R, default=str))
 '''
 
@@ -132,8 +134,8 @@ R = {"eps": sorted(ep.value for ep in md.entry_points(group="sglang.srt.plugins"
      "loaded": "sglang_eagle3_ext.runtime.plugin" in sys.modules,
      "hooks": sorted(HookRegistry._hooks), "patched": sorted(HookRegistry._patched),
      "env_changed": sorted(set(os.environ.items()) ^ set(before.items()))}
-from sglang_eagle3_ext import plugin
-R["role"] = plugin._S.role
+from sglang_eagle3_ext.runtime.plugin import procstate
+R["role"] = procstate._S.role
 print("RESULT " + json.dumps(R))
 '''
 
@@ -258,7 +260,7 @@ def test_env_unset_loaded_but_inert(children):
 
 def test_plan_follows_each_release(release_root):
     env = sglang_env.locate(release_root)
-    plan = plugin.plan_hooks(env, profile=True, aux=True, nccl_preset=True)
+    plan = hookplan.plan_hooks(env, profile=True, aux=True, nccl_preset=True)
     roles = {(h.family, h.role): h for h in plan.hooks}
     if not env.at_least("0.5.11"):
         assert plan.hooks == [] and "no plugin framework" in plan.problems[0]
@@ -282,7 +284,7 @@ def test_plan_follows_each_release(release_root):
 
 def test_plan_for_0_5_11_uses_the_scheduler_accept_counts():
     env = sglang_env.locate(releases.fetch("0.5.11"))
-    plan = plugin.plan_hooks(env, profile=True, aux=False, nccl_preset=False)
+    plan = hookplan.plan_hooks(env, profile=True, aux=False, nccl_preset=False)
     accept = [h for h in plan.hooks if h.role == "accept"]
     assert [h.target.rsplit(".", 2)[-2:] for h in accept] == [["SchedulerOutputProcessorMixin",
                                                                 "_resolve_spec_overlap_token_ids"]]
@@ -292,7 +294,7 @@ def test_decode_rule_reads_the_branch_shape():
     import ast
 
     def rule(src: str):
-        return plugin.decode_rule(ast.parse(src).body[0])
+        return hookplan.decode_rule(ast.parse(src).body[0])
 
     assert rule("def f(self, b):\n    if b.forward_mode.is_decode():\n        pass\n") == {"rule": "is_decode", "arg": "b"}
     assert rule("def f(self, b):\n    if b.forward_mode.is_extend():\n        pass\n")["extend_in_batch"] == "false"
@@ -307,7 +309,7 @@ def test_decode_rule_reads_the_branch_shape():
 def rule_in(src: str, branch):
     import ast
 
-    return plugin.decode_rule(ast.parse(src).body[0], branch)
+    return hookplan.decode_rule(ast.parse(src).body[0], branch)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -322,7 +324,7 @@ def test_plan_compiled_from_the_yaml_equals_the_frozen_plan_of_the_python_planne
     plan must install the same hooks (family, role, target, in order), with the same cycle rule,
     aux style and problems."""
     env = sglang_env.locate(release_root)
-    plan = plugin.plan_hooks(env, profile=True, aux=True, nccl_preset=True)
+    plan = hookplan.plan_hooks(env, profile=True, aux=True, nccl_preset=True)
     frozen = FROZEN[env.version]
     assert [(h.family, h.role, h.target) for h in plan.hooks] == \
         [(h["family"], h["role"], h["target"]) for h in frozen["hooks"]]
@@ -338,13 +340,13 @@ def test_both_routes_compile_from_the_same_yaml_entries(release_root):
     """Per release: the patcher's own selection picks the entries; every plugin probe hook names
     one of them, the plugin's phases per worker are that entry's anchors, and the accept hook is
     compiled from the accept entry the patcher applies (or, for V1, the decode entry's accept)."""
-    from sglang_eagle3_ext.patcher.spec import load_specs, select
+    from sglang_eagle3_ext.runtime.probemap import load_specs, select
 
     env = sglang_env.locate(release_root)
     if not env.has_plugins:
         pytest.skip(f"{env.version}: no plugin route")
     chosen = {p.name: p for p in select(load_specs(), env, only=None, options={})}
-    plan = plugin.plan_hooks(env, profile=True, aux=False, nccl_preset=False)
+    plan = hookplan.plan_hooks(env, profile=True, aux=False, nccl_preset=False)
     probes_ = [h for h in plan.hooks if h.role != "accept"]
     assert probes_ and all(h.entry in chosen and chosen[h.entry].kind == "decode-probes" for h in probes_)
     for name in {h.entry for h in probes_}:
@@ -372,7 +374,7 @@ def test_both_routes_compile_from_the_same_yaml_entries(release_root):
 @pytest.fixture()
 def fresh(monkeypatch):
     saved = dict(os.environ)
-    monkeypatch.setattr(plugin, "_S", plugin._State())
+    monkeypatch.setattr(procstate, "_S", procstate._State())
     for k in OUR_ENV:
         monkeypatch.delenv(k, raising=False)
     yield monkeypatch
@@ -404,7 +406,7 @@ def traced(fresh):
 def test_inert_register_changes_nothing(fresh):
     before = dict(os.environ)
     plugin.register()
-    assert dict(os.environ) == before and plugin._S.role == ""
+    assert dict(os.environ) == before and procstate._S.role == ""
 
 
 def run_detokenizer_process() -> None:  # same name as SGLang's detokenizer entry
@@ -415,7 +417,7 @@ def test_non_worker_process_gets_nccl_but_no_hooks(fresh):
     fresh.setenv("EAGLE3_PROFILE", "1")
     fresh.setenv("SGLANG_EAGLE3_NCCL", "tuned")
     run_detokenizer_process()
-    assert plugin._S.role == "detokenizer" and plugin._S.registered == []
+    assert procstate._S.role == "detokenizer" and procstate._S.registered == []
     assert os.environ["NCCL_PROTO"] == "LL"
 
 
@@ -428,15 +430,15 @@ def test_unknown_preset_in_a_server_process_is_logged_not_raised(fresh, capsys):
 
 def test_source_patch_marker_means_the_plugin_does_not_record(fresh, tmp_path, capsys):
     env = _small_root(tmp_path)
-    assert plugin.describe(env, {"EAGLE3_PROFILE": "1"})["route"] == "plugin"
+    assert overview.describe(env, {"EAGLE3_PROFILE": "1"})["route"] == "plugin"
     worker = env.path(sglang_env.V2_FILE)
     worker.write_text(worker.read_text() + "\n# sglang-eagle3-ext: probes (source patch)\n")
     fresh.setattr(plugin, "locate", lambda *a: env)
     fresh.setenv("EAGLE3_PROFILE", "1")
     plugin.register()
-    assert plugin._S.route == "source-patch" and plugin._S.registered == []
+    assert procstate._S.route == "source-patch" and procstate._S.registered == []
     assert "source patch present (eagle_worker_v2.py)" in capsys.readouterr().err
-    d = plugin.describe(env)
+    d = overview.describe(env)
     assert d["route"] == "source-patch" and d["source_patch_files"] == [str(worker)]
     assert [h["role"] for h in d["plan"]["hooks"]] == []
 
@@ -445,15 +447,15 @@ def test_describe_routes_and_nccl_preview(fresh):
     new = sglang_env.locate(releases.fetch("0.5.23"))
     old = sglang_env.locate(releases.fetch("0.5.9"))
     environ = {"EAGLE3_PROFILE": "1", "SGLANG_EAGLE3_NCCL": "tuned", "NCCL_ALGO": "Tree"}
-    d = plugin.describe(new, environ)
+    d = overview.describe(new, environ)
     assert d["entry_point"] and d["active"] and d["route"] == "plugin"
     assert d["nccl"]["applied"] == {"NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "SYS"}
     assert d["nccl"]["kept"] == {"NCCL_ALGO": {"user": "Tree", "preset": "Ring"}}
     assert "NCCL_PROTO" not in os.environ  # a preview only
-    assert plugin.describe(old, environ)["route"] == "none"
-    assert "patch apply" in plugin.describe(old, environ)["route_why"]
-    assert plugin.describe(new, {**environ, "SGLANG_PLUGINS": "other"})["route"] == "none"
-    assert plugin.describe(new, {})["route"] == "none" and not plugin.describe(new, {})["active"]
+    assert overview.describe(old, environ)["route"] == "none"
+    assert "patch apply" in overview.describe(old, environ)["route_why"]
+    assert overview.describe(new, {**environ, "SGLANG_PLUGINS": "other"})["route"] == "none"
+    assert overview.describe(new, {})["route"] == "none" and not overview.describe(new, {})["active"]
 
 
 def _batch(extend: bool = False, idle: bool = False, decode: bool = True) -> types.SimpleNamespace:
@@ -464,12 +466,12 @@ def _batch(extend: bool = False, idle: bool = False, decode: bool = True) -> typ
 def test_v1_hooks_time_phases_and_take_accepts_from_the_verify_return(traced):
     """V1 (0.5.11-0.5.12.post1) cannot run on 0.5.23: the hook bodies run against stand-in
     originals shaped like the releases' returns."""
-    cycle = plugin._cycle_hook({"rule": "not_extend", "arg": "batch", "extend_in_batch": "true"})
-    verify = plugin._verify_v1_hook("num_correct_drafts_per_req_cpu")  # 0.5.12 (v1.yaml)
-    draft = plugin._phase_hook("draft")
+    cycle = wrappers._cycle_hook({"rule": "not_extend", "arg": "batch", "extend_in_batch": "true"})
+    verify = wrappers._verify_v1_hook("num_correct_drafts_per_req_cpu")  # 0.5.12 (v1.yaml)
+    draft = wrappers._phase_hook("draft")
     out_0512 = types.SimpleNamespace(num_correct_drafts_per_req_cpu=[1, 0, 2])
     worker = types.SimpleNamespace(speculative_num_steps=3, topk=1, speculative_num_draft_tokens=4)
-    plugin._S.missing = []  # already verified
+    procstate._S.missing = []  # already verified
 
     def body(self, batch):
         draft(lambda b: None, batch)
@@ -488,14 +490,14 @@ def test_v1_hooks_time_phases_and_take_accepts_from_the_verify_return(traced):
 
 
 def test_is_decode_rule_and_0_5_11_scheduler_accept(traced):
-    cycle = plugin._cycle_hook({"rule": "is_decode", "arg": "model_worker_batch"})
-    plugin._S.missing = []
+    cycle = wrappers._cycle_hook({"rule": "is_decode", "arg": "model_worker_batch"})
+    procstate._S.missing = []
     w = types.SimpleNamespace()
     cycle(lambda self, model_worker_batch: None, w, model_worker_batch=_batch(decode=False))
     cycle(lambda self, model_worker_batch: None, w, model_worker_batch=_batch(decode=True))
     assert [t[0] for t in traced] == ["mark_boundary", "set_spec_config", "cycle_begin", "tag_cycle",
                                         "cycle_end"]
-    accept = plugin._accept_result_hook(("num_accepted_drafts_per_req_cpu", "num_correct_drafts_per_req_cpu"))
+    accept = wrappers._accept_result_hook(("num_accepted_drafts_per_req_cpu", "num_correct_drafts_per_req_cpu"))
     result = types.SimpleNamespace(num_accepted_drafts_per_req_cpu=[3, 0])
     assert accept(lambda self, result, batch: "ids", None, result, None) == "ids"
     assert traced[-1] == ("record_accept", (3, 0))
@@ -504,7 +506,7 @@ def test_is_decode_rule_and_0_5_11_scheduler_accept(traced):
 def test_allreduce_paths_reads_the_tp_group():
     on = types.SimpleNamespace(disabled=False)
     off = types.SimpleNamespace(disabled=True)
-    assert plugin.allreduce_paths(types.SimpleNamespace(ca_comm=on, pynccl_comm=on)) == ["SGLang custom all-reduce"]
-    assert plugin.allreduce_paths(types.SimpleNamespace(ca_comm=off, pcie_ipc_comm=object())) == [
+    assert wrappers.allreduce_paths(types.SimpleNamespace(ca_comm=on, pynccl_comm=on)) == ["SGLang custom all-reduce"]
+    assert wrappers.allreduce_paths(types.SimpleNamespace(ca_comm=off, pcie_ipc_comm=object())) == [
         "FlashInfer PCIe-IPC all-reduce"]
-    assert plugin.allreduce_paths(types.SimpleNamespace(ca_comm=None)) == []
+    assert wrappers.allreduce_paths(types.SimpleNamespace(ca_comm=None)) == []

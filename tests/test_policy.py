@@ -417,16 +417,16 @@ def _policy_records(n_windows: int = 3) -> list[dict]:
 
 
 def test_records_profile_and_report_show_the_choices():
-    from sglang_eagle3_ext.measure import policy_report, profile_log
+    from sglang_eagle3_ext.measure import accounting, policy_report
 
     recs = _policy_records()
     head = recs[0]["control"]
     assert head["decider"] == "policy" and head["candidates"] == [0, 1, 2, 3, 4, 5]
     assert sum(n for by in head["policy"]["chosen"].values() for n in by.values()) == 100
-    ctl = profile_log.control_summary(recs)
+    ctl = accounting.control_summary(recs)
     pol = ctl["policy"]
     assert sum(n for by in pol["cycles"].values() for n in by.values()) == 300
-    rows = policy_report.rows({"control": ctl, "by_key": profile_log.by_key_summary(recs)})
+    rows = policy_report.rows({"control": ctl, "by_key": accounting.by_key_summary(recs)})
     r8 = [r for r in rows if r["bs"] == 8 and r["steps"] == 5]
     assert r8 and r8[0]["realised_per_stream_tok_s"] == 500.0  # 4 tokens / 8 ms and r8[0]["expected_per_stream_tok_s"] > 0
     assert r8[0]["realised_vs_expected_pct"] is not None
@@ -473,13 +473,14 @@ def test_end_to_end_through_stepctl_probes_and_profile(tmp_path, monkeypatch, ca
     from test_probe_keys import STEP_MS, VERIFY_MS, _run, _start
     from test_stepctl import FakeController
 
-    from sglang_eagle3_ext.runtime import plugin, probes, stepctl
+    from sglang_eagle3_ext.runtime import probes, stepctl
+    from sglang_eagle3_ext.runtime.plugin import procstate
 
     scan = tmp_path / "scan.json"
     cyc = {s: VERIFY_MS + 1.0 + 0.5 + STEP_MS * s for s in (1, 3)}       # the harness' cycle ms
     scan.write_text(json.dumps(_scan([_cell(1, 2, cyc[1], 0.5), _cell(3, 2, cyc[3], 0.9)])))
     monkeypatch.setenv("SGLANG_EAGLE3_POLICY", str(scan))
-    monkeypatch.setattr(plugin._S, "missing", [])
+    monkeypatch.setattr(procstate._S, "missing", [])
     ctrl = FakeController(built=(1, 3), start=3)
     try:
         stepctl.init_hook("policy", list)(lambda self: None, ctrl)

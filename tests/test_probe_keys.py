@@ -19,9 +19,10 @@ from conftest import REPO
 from scripted import Clock
 from test_stepctl import FakeController
 
-from sglang_eagle3_ext.documents import records
-from sglang_eagle3_ext.measure import profile_log
-from sglang_eagle3_ext.runtime import plugin, probes, stepctl
+from sglang_eagle3_ext.documents import prof_records, records
+from sglang_eagle3_ext.measure import accounting
+from sglang_eagle3_ext.runtime import probes, stepctl
+from sglang_eagle3_ext.runtime.plugin import procstate, wrappers
 from sglang_eagle3_ext.runtime.probes import timers
 
 STEP_MS = 2.0  # draft ms per step
@@ -31,7 +32,7 @@ ACCEPTS = {3: [3, 2], 1: [1, 0], 0: [0, 0]}  # correct drafts per request at eac
 
 @pytest.fixture(autouse=True)
 def _clean(monkeypatch):
-    monkeypatch.setattr(plugin._S, "missing", [])  # hooks already verified
+    monkeypatch.setattr(procstate._S, "missing", [])  # hooks already verified
     stepctl.install(None)
     yield
     stepctl.install(None)
@@ -49,7 +50,7 @@ def _start(tmp_path, every: int, **env: str) -> Clock:
 def _run(ctrl, clock, cycles: int, bs: int = 2, graph: bool = True, pending=None, last: bool = True):
     """``cycles`` decode cycles through the plugin's cycle hook; accepts one cycle late. Returns the
     counts still to come (``last=False``: the run goes on with another call)."""
-    cycle = plugin._cycle_hook({"rule": "not_extend", "arg": "batch", "extend_in_batch": "true"})
+    cycle = wrappers._cycle_hook({"rule": "not_extend", "arg": "batch", "extend_in_batch": "true"})
     worker = ctrl.worker
     worker.topk = 1
 
@@ -113,14 +114,14 @@ def test_held_blocks_are_tagged_after_the_switch_and_accepts_find_their_cycle(tm
     assert "s3.k1.d4.b2.g" not in w2["by_key"] and w2["boundary"]["reasons"]["switch"] == 1
     assert w3["by_key"]["s3.k1.d4.b2.g"]["parts"] == [[3, 2, 55.0, 14, 4]]
     # over windows: parts merged by block id (block 1 spans windows 1 and 2)
-    keys = profile_log.by_key_summary(recs)
+    keys = accounting.by_key_summary(recs)
     assert list(keys) == ["s1.k1.d2.b2.g", "s3.k1.d4.b2.g"]
     k1, k3 = keys["s1.k1.d2.b2.g"], keys["s3.k1.d4.b2.g"]
     assert k1["parts"] == [[1, 2, 47.0, 6, 4], [2, 4, 94.0, 12, 8]] and k1["cycles"] == 6
     assert k3["parts"] == [[0, 4, 110.0, 28, 8], [3, 2, 55.0, 14, 4]] and k3["accept_len"] == 3.5
     assert k1["per_stream_tok_s"] == round(1.5 * 1000 / 23.5, 2) and k1["per_position"] == [0.5]
-    assert [p["per_stream_tok_s"] for p in profile_log.part_rates(k3["parts"])] == [127.27, 127.27]
-    ctl = profile_log.control_summary(recs)
+    assert [p["per_stream_tok_s"] for p in accounting.part_rates(k3["parts"])] == [127.27, 127.27]
+    ctl = accounting.control_summary(recs)
     assert ctl["decider"] == "hold" and ctl["choices"] == {"2": {"1": 8, "3": 8}}
     # the /2 fields stay, for older readers
     assert "2" in w1["by_batch"] and w1["steady"]["cycles"] == 6
@@ -189,10 +190,10 @@ def test_records_round_trip_v3_and_older_still_read(tmp_path):
     old = {k: v for k, v in rec.items() if k not in ("by_key", "control")}
     for v in (1, 2):
         assert records.WindowRecord.from_json({**old, "schema": f"eagle3_prof/{v}"}, "x").version == v
-    assert profile_log.by_key_summary([{**old, "schema": "eagle3_prof/2"}]) == {}
-    assert profile_log.control_summary([old]) is None
-    run = profile_log.load(tmp_path / "prof.jsonl")
-    s = profile_log.summarize(run)
+    assert accounting.by_key_summary([{**old, "schema": "eagle3_prof/2"}]) == {}
+    assert accounting.control_summary([old]) is None
+    run = prof_records.load(tmp_path / "prof.jsonl")
+    s = accounting.summarize(run)
     assert "s3.k1.d4.b2.g" in s["by_key"] and s["control"]["choices"] == {"2": {"3": 3}}
 
 
@@ -232,7 +233,7 @@ def write_hold_sample(tmp_path):
     ctrl.worker.topk = 1
     stepctl.init_hook("hold", list)(lambda self: None, ctrl)
     clock = _start(tmp_path, 50)
-    cycle = plugin._cycle_hook({"rule": "not_extend", "arg": "batch", "extend_in_batch": "true"})
+    cycle = wrappers._cycle_hook({"rule": "not_extend", "arg": "batch", "extend_in_batch": "true"})
 
     def forward(self, batch):
         bs = batch.seq_lens.shape[0]
@@ -279,10 +280,10 @@ def test_committed_hold_sample_is_what_the_probes_write(tmp_path, monkeypatch):
     recs = write_hold_sample(tmp_path)
     committed = [json.loads(x) for x in HOLD_SAMPLE.read_text().splitlines()]
     assert _stable(recs) == _stable(committed)
-    keys = profile_log.by_key_summary(recs)
-    assert sorted(keys, key=profile_log._key_order) == list(keys)
+    keys = accounting.by_key_summary(recs)
+    assert sorted(keys, key=accounting._key_order) == list(keys)
     assert {(v["bs"], v["steps"]) for v in keys.values()} == {(b, s) for b in (1, 8) for s in range(4)}
-    ctl = profile_log.control_summary(recs)
+    ctl = accounting.control_summary(recs)
     # every load level rotated through every candidate: 12 blocks of 8 = 24 cycles per step count
     assert ctl["choices"] == {"1": {"0": 24, "1": 24, "2": 24, "3": 24}, "8": {"0": 24, "1": 24, "2": 24, "3": 24}}
     assert all(len(v["parts"]) == 3 for v in keys.values())  # 3 blocks per (steps, bs)
@@ -296,8 +297,8 @@ def test_server_log_blocks_say_what_ran_too(tmp_path):
     recs = [json.loads(x) for x in HOLD_SAMPLE.read_text().splitlines()]
     log = tmp_path / "server.log"
     log.write_text("\n".join(["INFO noise"] + [format_block(r) for r in recs]) + "\n")
-    run = profile_log.load(log)
+    run = prof_records.load(log)
     assert [r["control"] for r in run.records] == [
         {**{k: r["control"][k] for k in ("decider", "block", "choices")}, "candidates": None} for r in recs]
-    assert profile_log.summarize(run, all_windows=True)["control"]["choices"] == \
-        profile_log.control_summary(recs)["choices"]
+    assert accounting.summarize(run, all_windows=True)["control"]["choices"] == \
+        accounting.control_summary(recs)["choices"]

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from scripted import Clock
 
-from sglang_eagle3_ext.measure import profile_log
+from sglang_eagle3_ext.documents import prof_records
+from sglang_eagle3_ext.measure import accounting
 from sglang_eagle3_ext.runtime import probes
 from sglang_eagle3_ext.runtime.probes import timers
 
@@ -150,8 +151,8 @@ def test_window_block_and_jsonl_round_trip(tmp_path, capsys):
     assert err.count("EAGLE3_PROF (") == 2 and "Accept len:      2.80 (incl. bonus)" in err
     log = tmp_path / "server.log"
     log.write_text("[2026 TP0] some server line\n" + err)
-    for run in (profile_log.load(tmp_path / "prof.jsonl"), profile_log.load(log)):
-        s = profile_log.summarize(run, all_windows=True)  # the round trip keeps every window
+    for run in (prof_records.load(tmp_path / "prof.jsonl"), prof_records.load(log)):
+        s = accounting.summarize(run, all_windows=True)  # the round trip keeps every window
         assert s["windows"] == 2 and s["cycles"] == 20
         assert s["accept_len"] == 2.8
         assert s["per_position"] == pytest.approx([0.8, 0.75, 0.6667], abs=5e-4)  # block: 3 decimals

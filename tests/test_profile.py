@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from sglang_eagle3_ext import cli
-from sglang_eagle3_ext.measure import profile_log
+from sglang_eagle3_ext.documents import prof_records
+from sglang_eagle3_ext.measure import accounting
 from sglang_eagle3_ext.runtime.errors import UserError
 
 DATA = Path(__file__).resolve().parent / "data" / "profile"
@@ -21,7 +22,7 @@ SYNTH = DATA / "synthetic_k5.jsonl"  # written by the probes (scripted clock), s
 
 
 def test_seed_blocks_parse_to_their_exact_numbers():
-    run = profile_log.load(SEEDS)
+    run = prof_records.load(SEEDS)
     assert run.kind == "log" and len(run.records) == 2
     a, b = run.records
     # block 1: header cut off by `tail -20`
@@ -39,7 +40,7 @@ def test_seed_blocks_parse_to_their_exact_numbers():
 
 
 def test_design_block_converts_to_1_985_tokens_and_62_5_tok_s():
-    run = profile_log.load(DESIGN)
+    run = prof_records.load(DESIGN)
     (r,) = run.records
     assert (r["cycles"], r["accepted_drafts"], r["phases"]["cycle"]["mean_ms"]) == (400, 394, 31.74)
     assert r["accept_len"] == 1.985 and round(r["eff_tok_s"], 1) == 62.5
@@ -112,14 +113,14 @@ def test_missing_file_and_legacy_predict_are_user_errors(tmp_path, capsys):
     assert "no per-position acceptance" in capsys.readouterr().err
     assert cli.main(["profile", str(DESIGN), "--baseline-tps", "-3"]) == 2
     with pytest.raises(UserError):
-        profile_log.load(DATA / "malformed.txt")
+        prof_records.load(DATA / "malformed.txt")
 
 
 def test_summary_leaves_the_warm_up_window_out_by_default():
     """Window 1 holds the process's first cycles (SGLang's warm-up request); it is dropped, and said."""
-    run = profile_log.load(SYNTH)
-    kept = profile_log.summarize(run, all_windows=True)
-    default = profile_log.summarize(run)
+    run = prof_records.load(SYNTH)
+    kept = accounting.summarize(run, all_windows=True)
+    default = accounting.summarize(run)
     assert kept["windows"] == 3 and default["windows"] == 2
     assert default["cycles"] == kept["cycles"] - run.records[0]["cycles"]
     assert any("window 1" in n for n in default["notes"])
@@ -147,7 +148,7 @@ def test_profile_reports_the_probes_own_read_cost(tmp_path, capsys):
         probes.reset(environ={})
     recs = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(recs) == 3 and all(r["probe_read_ms"] > 0 and r["probe_wait_ms"] >= 0 for r in recs)
-    s = profile_log.summarize(profile_log.load(out))
+    s = accounting.summarize(prof_records.load(out))
     want = 1000.0 * sum(r["probe_read_ms"] + r["probe_wait_ms"] for r in recs[1:]) / 20
     assert s["probe_read_us_per_cycle"] == pytest.approx(want, abs=0.01)
     assert cli.main(["profile", str(out)]) == 0

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from sglang_eagle3_ext.documents import records
-from sglang_eagle3_ext.measure.bench import LADDER_SCHEMA
-from sglang_eagle3_ext.measure.bench import SCHEMA as BENCH_SCHEMA
+from sglang_eagle3_ext.documents.bench_doc import LADDER_SCHEMA
+from sglang_eagle3_ext.documents.bench_doc import SCHEMA as BENCH_SCHEMA
 from sglang_eagle3_ext.runtime.errors import UserError
 from sglang_eagle3_ext.runtime.probes import window
 from sglang_eagle3_ext.tune.sweep import SCHEMA as SWEEP_SCHEMA
@@ -132,13 +132,14 @@ def test_long_values_are_cut_to_one_short_line():
 
 def test_readers_route_through_records(tmp_path):
     """The existing readers now give the records' line for a field of the wrong JSON type."""
-    from sglang_eagle3_ext.measure import compare, profile_log
+    from sglang_eagle3_ext.documents import prof_records
+    from sglang_eagle3_ext.measure import compare
     from sglang_eagle3_ext.tune import sweep
 
     f = tmp_path / "p.jsonl"
     f.write_text(json.dumps({**GOOD_PROF, "time": 5}) + "\n")
     with pytest.raises(UserError, match=r"p\.jsonl:1: time must be text, got 5$"):
-        profile_log.load(f)
+        prof_records.load(f)
     b = tmp_path / "b.json"
     b.write_text(json.dumps({**GOOD_BENCH, "runs": {}}))
     with pytest.raises(UserError, match=r"b\.json: runs must be a list, got \{\}$"):

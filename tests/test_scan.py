@@ -18,9 +18,10 @@ import pytest
 from test_flags import write_model
 
 from sglang_eagle3_ext import cli
+from sglang_eagle3_ext.documents import scan_doc
 from sglang_eagle3_ext.runtime.errors import UserError
 from sglang_eagle3_ext.serve import releases
-from sglang_eagle3_ext.tune import scan
+from sglang_eagle3_ext.tune import scan, scan_cells, scan_memory
 
 STANDINS = Path(__file__).parent / "standins"
 sys.path.insert(0, str(STANDINS))
@@ -92,7 +93,7 @@ def test_scan_end_to_end_one_start(scanned):
     out = scanned["out"]
     assert scanned["rc"] == 0, scanned["stdout"] + scanned["stderr"]
     text_out = scanned["stdout"]
-    doc = scan.load(out)
+    doc = scan_doc.load(out)
     assert doc["schema"] == "eagle3_scan/1" and doc["interrupted"] is False
     assert doc["candidates"] == [0, 1, 2, 3] and doc["levels"] == [1, 4]
     # one server start: the log shows the start step = the largest candidate, one tier
@@ -100,7 +101,7 @@ def test_scan_end_to_end_one_start(scanned):
     assert log.count("[standin-scan] argv") == 1
     assert "--speculative-num-steps 3" in log and "--speculative-adaptive" in log
     assert json.loads((out / scan.CONFIG_NAME).read_text()) == {"1": {"candidate_steps": [0, 1, 2, 3]}}
-    main = {(c["steps"], c["bs"]): c for c in scan.main_cells(doc)}
+    main = {(c["steps"], c["bs"]): c for c in scan_doc.main_cells(doc)}
     for bs in (1, 4):
         for s in range(4):
             c = main[(s, bs)]
@@ -112,7 +113,7 @@ def test_scan_end_to_end_one_start(scanned):
             assert c["interval"]["per_stream_tok_s"] is not None
     # the best per batch size is the fastest cell there (speculation beats step 0 on this cost model)
     for bs in ("1", "4"):
-        fastest = max((c for c in scan.main_cells(doc) if c["bs"] == int(bs)), key=lambda c: c["per_stream_tok_s"])
+        fastest = max((c for c in scan_doc.main_cells(doc) if c["bs"] == int(bs)), key=lambda c: c["per_stream_tok_s"])
         assert doc["best"][bs]["steps"] == fastest["steps"] != 0
     assert doc["baseline"]["1"]["source"] == "plain server"
     assert doc["best"]["1"]["vs_baseline"] is not None
@@ -121,7 +122,7 @@ def test_scan_end_to_end_one_start(scanned):
     assert ad["reasons"]["1"].startswith(f"best {doc['best']['1']['steps']} steps")
     assert doc["client"]["1"]["per_stream_tok_s"] > 0 and doc["probe_mix"]["1"]["cycles"] > 0
     # the outside twin like with like: the client's aggregate beside the probes' aggregate
-    tw = scan.twin(doc, 1)
+    tw = scan_doc.twin(doc, 1)
     assert tw["client_aggregate"]["requests"] > 0 and tw["probes"]["cycles"] > 0
     assert "client aggregate" in text_out and "not an aggregate" in text_out
     # graph memory measured at run time from the stand-in's 0.5.16-format lines (start state 3's
@@ -141,9 +142,9 @@ def test_compare_reads_a_scan(scanned, capsys):
     rows = json.loads(capsys.readouterr().out)
     labels = {r["config"] for r in rows}
     assert "plain server (client)" in labels and "scan step 0 (SGLang, not plain decoding) (probes, steady)" in labels
-    doc = scan.load(scanned["out"])
+    doc = scan_doc.load(scanned["out"])
     r2 = next(r for r in rows if r["concurrency"] == 4 and r["config"] == "scan 2 steps (probes, steady)")
-    c2 = next(c for c in scan.main_cells(doc) if c["steps"] == 2 and c["bs"] == 4)
+    c2 = next(c for c in scan_doc.main_cells(doc) if c["steps"] == 2 and c["bs"] == 4)
     assert r2["per_stream_tok_s"] == c2["per_stream_tok_s"]
     assert r2["per_stream_vs_baseline_pct"] == pytest.approx(
         (c2["per_stream_tok_s"] / doc["baseline"]["4"]["per_stream_tok_s"] - 1) * 100)
@@ -155,7 +156,7 @@ def test_adaptive_write_from_a_scan(scanned, tmp_path, capsys):
                    "--sglang-root", str(releases.fetch("0.5.16")), "--json"])
     got = json.loads(capsys.readouterr().out)
     assert rc == 0
-    doc = scan.load(scanned["out"])
+    doc = scan_doc.load(scanned["out"])
     assert got["read_back"] == doc["adaptive"]["tiers"]  # the same chooser/writer as the scan's own
 
 
@@ -182,20 +183,20 @@ def test_tables_from_recorded_sequences():
     w2 = {"by_key": {"s2.k1.d3.b2.g": key(2, 2, 4, 5.0, 20, [[1, 4, 20.0, 20, 8], [3, 0, 0.0, 0, 0]][:1]),
                      "s1.k1.d2.b2.g": key(1, 2, 10, 4.0, 32, [[2, 10, 40.0, 32, 20]]),
                      "s1.k1.d2.b1.g": key(1, 1, 3, 3.0, 5, [[0, 3, 9.0, 5, 3]])}}  # drain cycles
-    merged = scan.merge_keys([w1, w2])
-    cells = [scan.cell(v, 2) for v in merged.values()]
+    merged = scan_cells.merge_keys([w1, w2])
+    cells = [scan_cells.cell(v, 2) for v in merged.values()]
     doc = {"cells": cells, "baseline": {"2": {"per_stream_tok_s": 400.0}}}
-    c1 = next(c for c in scan.main_cells(doc) if c["steps"] == 1)
-    c2 = next(c for c in scan.main_cells(doc) if c["steps"] == 2)
-    assert len(scan.main_cells(doc)) == 2  # the batch-1 drain cell is kept but not compared
+    c1 = next(c for c in scan_doc.main_cells(doc) if c["steps"] == 1)
+    c2 = next(c for c in scan_doc.main_cells(doc) if c["steps"] == 2)
+    assert len(scan_doc.main_cells(doc)) == 2  # the batch-1 drain cell is kept but not compared
     assert c2["blocks"] == 1 and c2["cycles"] == 10  # block 1 spans both windows: one part
     assert c1["accept_len"] == pytest.approx(68 / 40) and c1["cycle_ms"] == pytest.approx(4.0)
     assert c1["per_stream_tok_s"] == pytest.approx(68 / 40 * 250)
     lo, hi = c1["interval"]["per_stream_tok_s"]  # blocks 36/20 and 32/20 at 4 ms: 450 and 400
     assert lo < 425 < hi and hi - lo == pytest.approx(2 * 12.706 * 25, rel=1e-3)  # t(1) x sd/sqrt(2) = 25
-    best = scan.best_static(doc)
+    best = scan_doc.best_static(doc)
     assert best["2"]["steps"] == 2 and best["2"]["vs_baseline"] == pytest.approx((2.5 * 200 / 400 - 1) * 100)
-    assert scan.table(doc) == {2: {1: c1["per_stream_tok_s"], 2: c2["per_stream_tok_s"]}}
+    assert scan_doc.table(doc) == {2: {1: c1["per_stream_tok_s"], 2: c2["per_stream_tok_s"]}}
 
 
 def test_ctrl_c_keeps_what_was_measured(models, tmp_path, capsys, on_path, monkeypatch):
@@ -224,7 +225,7 @@ def test_ctrl_c_keeps_what_was_measured(models, tmp_path, capsys, on_path, monke
     rc = cli.main(_argv(models, out))
     text = capsys.readouterr()
     assert rc == 130, text.out + text.err
-    doc = scan.load(out)
+    doc = scan_doc.load(out)
     assert doc["interrupted"] is True
     assert {c["level"] for c in doc["cells"]} >= {1}
     assert doc["client"]["1"]["per_stream_tok_s"] > 0
@@ -298,9 +299,9 @@ def test_profile_one_key_per_figure_and_ladder_bench(scanned, capsys, monkeypatc
     assert [lv["basis"] for lv in ladder] == ["steady batch-1", "steady batch-4"]
     assert {v["key"] for v in got["predictions"].values()} >= {"s3.k1.d4.b1.g", "s3.k1.d4.b4.g"}  # + drain sizes
     # each key's tok/s is its own: the scan's cells are the same figures
-    doc = scan.load(out)
+    doc = scan_doc.load(out)
     keys = got["files"][0]["by_key"]
-    c = next(c for c in scan.main_cells(doc) if c["steps"] == 2 and c["bs"] == 4)
+    c = next(c for c in scan_doc.main_cells(doc) if c["steps"] == 2 and c["bs"] == 4)
     assert keys["s2.k1.d3.b4.g"]["per_stream_tok_s"] == c["per_stream_tok_s"]
 
 
@@ -342,16 +343,16 @@ def test_graph_memory_read_from_sglang_log_lines(tmp_path):
                    "Capture decode CUDA graph end. elapsed=3.21 s, mem usage=1.25 GB, avail mem=40.00 GB.\n"
                    "Capture draft decode CUDA graph end. elapsed=1.00 s, mem usage=0.50 GB, avail mem=39.50 GB.\n"
                    "Capture draft extend CUDA graph end. elapsed=1.00 s, mem usage=0.25 GB, avail mem=39.25 GB.\n")
-    m = scan.log_graph_memory(log)
+    m = scan_memory.log_graph_memory(log)
     assert m["captures"] == 3 and m["total_gib"] == 2.0 and m["avail_after_gib"] == 39.25
-    assert scan.log_graph_memory(tmp_path / "none.log") is None
+    assert scan_memory.log_graph_memory(tmp_path / "none.log") is None
 
 
 def test_time_limit_stops_a_level_and_says_so(models, tmp_path, capsys, on_path):
     rc = cli.main(_argv(models, tmp_path / "o", "--time-limit", "0.01", "--min-cycles", "100000", conc="1"))
     c = capsys.readouterr()
     assert rc == 0, c.err
-    doc = scan.load(tmp_path / "o")
+    doc = scan_doc.load(tmp_path / "o")
     assert any("time limit" in n and "below 100000 steady cycles at batch size 1" in n for n in doc["notes"])
     assert doc["interrupted"] is False and doc["cells"]
 
@@ -382,7 +383,7 @@ def test_real_sigint_stops_the_server_and_keeps_results(models, tmp_path):
         if p.poll() is None:
             p.kill()
     assert p.returncode == 130, se
-    doc = scan.load(out)
+    doc = scan_doc.load(out)
     assert doc["interrupted"] is True and 1 in {c["level"] for c in doc["cells"]}
     with socket.socket() as s, pytest.raises(ConnectionRefusedError):
         s.connect(("127.0.0.1", port))  # nothing of the server is left listening
@@ -402,7 +403,7 @@ def test_a_state_without_accept_counts_stops_the_level_early(models, tmp_path, c
     monkeypatch.setenv("STANDIN_SCAN_NO_ACCEPT", "0")
     rc = cli.main(_argv(models, tmp_path / "o", "--time-limit", "60", conc="1"))
     assert rc == 0, capsys.readouterr().err
-    doc = scan.load(tmp_path / "o")
+    doc = scan_doc.load(tmp_path / "o")
     assert any("steps [0]: no steady cycle with accept counts at batch size 1" in n for n in doc["notes"])
-    assert {c["steps"] for c in scan.main_cells(doc)} == {1, 2, 3}
+    assert {c["steps"] for c in scan_doc.main_cells(doc)} == {1, 2, 3}
     assert doc["wall_s"] < 30

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from sglang_eagle3_ext.commands import console
-from sglang_eagle3_ext.tune import scan
+from sglang_eagle3_ext.documents import scan_doc
+from sglang_eagle3_ext.tune import scan_memory
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT / "docs" / "data" / "h200-2026-12-01-r4" / "scan-8b"
@@ -59,7 +60,7 @@ def test_narrow_terminal_folds_numbers_never_elides(monkeypatch):
 
     buf = io.StringIO()
     monkeypatch.setattr(scan_cmd, "out", console.WideConsole(file=buf, width=80, soft_wrap=True))
-    scan_cmd.render(scan.load(SCAN))
+    scan_cmd.render(scan_doc.load(SCAN))
     text = buf.getvalue()
     assert "┏" in text and "…" not in text
     assert max(len(ln) for ln in text.splitlines() if ln.startswith(("┏", "│"))) <= 80
@@ -69,8 +70,8 @@ def test_narrow_terminal_folds_numbers_never_elides(monkeypatch):
 
 
 def test_twin_compares_aggregate_with_aggregate_on_the_real_run():
-    doc = scan.load(SCAN)  # scan.json of the run predates the aggregate: filled from ladder.json beside it
-    got = {n: scan.twin(doc, n) for n in (1, 8, 32)}
+    doc = scan_doc.load(SCAN)  # scan.json of the run predates the aggregate: filled from ladder.json beside it
+    got = {n: scan_doc.twin(doc, n) for n in (1, 8, 32)}
     client = {n: t["client_aggregate"]["per_stream_tok_s"] for n, t in got.items()}
     probes = {n: t["probes"]["per_stream_tok_s"] for n, t in got.items()}
     assert client == pytest.approx({1: 405.0, 8: 362.2, 32: 218.9}, abs=0.1)
@@ -89,7 +90,7 @@ def test_twin_compares_aggregate_with_aggregate_on_the_real_run():
 def test_twin_lines_name_both_client_figures():
     from sglang_eagle3_ext.commands.scan import twin_lines
 
-    lines = twin_lines(scan.twin(scan.load(SCAN), 1))
+    lines = twin_lines(scan_doc.twin(scan_doc.load(SCAN), 1))
     assert "client aggregate 405.0 tok/s per stream" in lines[0] and "vs probes 413.7" in lines[0]
     assert "+2.1% probes vs client" in lines[0] and "1680 steady cycles" in lines[0]
     assert "mean 439.7, median 412.4" in lines[1] and "not an aggregate" in lines[1]
@@ -100,9 +101,9 @@ def test_client_aggregate_is_tokens_over_seconds():
         {"ttft_s": 0.1, "last_token_s": 1.1, "completion_tokens": 101, "first_chunk_tokens": 1, "decode_tok_s": 100.0},
         {"ttft_s": 0.1, "last_token_s": 3.1, "completion_tokens": 101, "first_chunk_tokens": 1, "decode_tok_s": 33.3},
         {"error": "boom", "decode_tok_s": None}]}]}
-    a = scan.client_aggregate(bench)
+    a = scan_doc.client_aggregate(bench)
     assert a["per_stream_tok_s"] == pytest.approx(50.0) and a["requests"] == 2  # the mean of rates: 66.7
-    assert scan.client_aggregate({"runs": []}) is None
+    assert scan_doc.client_aggregate({"runs": []}) is None
 
 
 # ------------------------------------------------------------------ 3. graph memory in 0.5.16's lines
@@ -130,7 +131,7 @@ def test_graph_memory_of_every_state_in_0516_lines(tmp_path):
                    + "[2026-12-01 20:25:47] Capture draft extend CUDA graph end. elapsed=1.00 s, mem usage=0.03 GB, "
                      "avail mem=62.21 GB.\n"
                    + _state_lines(tp=None))
-    m = scan.log_graph_memory(log)
+    m = scan_memory.log_graph_memory(log)
     # the start step from SGLang's own 'AdaptiveSpeculativeParams initialized: steps=5' line
     assert m["per_state_gib"] == pytest.approx({"5": 0.35, "0": 0.1, "1": 0.14, "2": 0.18, "3": 0.22, "4": 0.26})
     assert m["states_built"] == 5 and m["captures"] == 3 + 9 and m["total_gib"] == pytest.approx(1.25)
@@ -146,7 +147,7 @@ def _start_lines(tp: int) -> str:
 def test_graph_memory_counts_rank_0_only(tmp_path):
     log = tmp_path / "server.log"
     log.write_text(_start_lines(0) + _start_lines(1) + _state_lines(0) + _state_lines(1))
-    m = scan.log_graph_memory(log, start_steps=5)
+    m = scan_memory.log_graph_memory(log, start_steps=5)
     assert m["per_state_gib"]["5"] == 0.35 and m["states_built"] == 5 and m["captures"] == 3 + 9
     assert m["total_gib"] == pytest.approx(0.35 + 0.1 + 0.14 + 0.18 + 0.22 + 0.26)
 
@@ -156,22 +157,22 @@ def test_graph_memory_of_the_trimmed_real_log_and_the_run_time_cause():
     35df682) matched none of 0.5.16's lines, which is why scan.json says measured null."""
     import re
 
-    m = scan.log_graph_memory(SCAN / "server.log")
+    m = scan_memory.log_graph_memory(SCAN / "server.log")
     assert m["per_state_gib"] == {"5": 0.27} and m["captures"] == 1
     old = re.compile(r"Capture (?:draft |draft extend |)cuda graph end\..*?mem usage=([\d.]+) GB")
     assert not any(old.search(ln) for ln in (SCAN / "server.log").read_text().splitlines())
-    assert scan.load(SCAN)["memory"]["measured"] is None
+    assert scan_doc.load(SCAN)["memory"]["measured"] is None
 
 
 def test_remeasure_after_the_stop_wins_when_it_saw_more(tmp_path):
     log = tmp_path / "server.log"
     log.write_text(_start_lines(0))  # read at ready: the start state only
     doc = {"memory": {"log": str(log), "measured": None}}
-    scan.remeasure(doc, 5)
+    scan_memory.remeasure(doc, 5)
     assert doc["memory"]["measured"]["per_state_gib"] == {"5": 0.35}
     with open(log, "a") as fh:
         fh.write(_state_lines(tp=None))
-    scan.remeasure(doc, 5)
+    scan_memory.remeasure(doc, 5)
     assert doc["memory"]["measured"]["states_built"] == 5
     from sglang_eagle3_ext.commands.scan import memory_lines
 

@@ -127,9 +127,10 @@ def test_every_variable_the_code_names_is_declared_and_read_through_settings():
 
 
 def test_probe_parsers_share_the_declarations(capsys):
-    """probes.settings() / metrics.settings() / plugin.switches() read through these Settings:
+    """probes.settings() / metrics.settings() / hookplan.switches() read through these Settings:
     the same spellings are accepted, the same bad values fall back with one 'is not ...' line."""
-    from sglang_eagle3_ext.runtime import plugin, probes
+    from sglang_eagle3_ext.runtime import probes
+    from sglang_eagle3_ext.runtime.plugin import hookplan
     from sglang_eagle3_ext.runtime.probes import metrics
 
     env = {"EAGLE3_PROFILE": "yes", "EAGLE3_PROFILE_MODE": " WALL ", "EAGLE3_PROFILE_TOGGLE": "usr2",
@@ -150,6 +151,6 @@ def test_probe_parsers_share_the_declarations(capsys):
     assert metrics.settings({"EAGLE3_PROFILE": "1", "EAGLE3_PROFILE_METRICS": "on",
                              "EAGLE3_PROFILE_BASELINE_TPS": "88.5"}) == {"on": True, "baseline_tps": 88.5}
     assert metrics.settings({"EAGLE3_PROFILE_METRICS": "1"})["on"] is False  # needs the probes too
-    assert plugin.switches({"EAGLE3_PROFILE": "off", "SGLANG_EAGLE3_NCCL": " nvls ",
+    assert hookplan.switches({"EAGLE3_PROFILE": "off", "SGLANG_EAGLE3_NCCL": " nvls ",
                             "SGLANG_EAGLE3_AUX_LAYERS": ""}) == {"profile": False, "nccl": "nvls",
                                                                  "aux_layers": None, "step_control": None}

@@ -9,11 +9,13 @@ counts), an idle gap, a request leaving.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from scripted import Clock
 
-from sglang_eagle3_ext.measure import profile_log
+from sglang_eagle3_ext.documents import prof_records
+from sglang_eagle3_ext.measure import accounting
 from sglang_eagle3_ext.runtime import probes
 from sglang_eagle3_ext.runtime.probes import _profiler, timers
 from sglang_eagle3_ext.runtime.probes.window import BATCH, EXTEND, IDLE, JOIN, LEAVE, classify
@@ -91,8 +93,8 @@ def test_request_starts_are_boundaries_and_steady_is_what_the_client_sees(tmp_pa
     # JSONL and block round trips give the same steady figures
     log = tmp_path / "server.log"
     log.write_text(err)
-    for run in (profile_log.load(tmp_path / "prof.jsonl"), profile_log.load(log)):
-        s = profile_log.summarize(run)
+    for run in (prof_records.load(tmp_path / "prof.jsonl"), prof_records.load(log)):
+        s = accounting.summarize(run)
         assert s["basis"] == "steady" and s["phases"]["cycle"]["mean_ms"] == 31.5
         assert s["accept_len"] == 4.0 and s["eff_tok_s"] == round(4000 / 31.5, 2)
         assert s["all_cycles"]["phases"]["cycle"]["mean_ms"] == 32.5
@@ -117,7 +119,7 @@ def test_batch_growth_with_late_counts_marks_both_sides(tmp_path, capsys):
     assert by["2"]["phases"]["cycle"]["mean_ms"] == 33.5
     assert by["2"]["per_stream_tok_s"] == round(4000 / 33.5, 2)
     assert by["2"]["throughput_tok_s"] == round(24 * 1000 / (3 * 33.5), 2)
-    s = profile_log.by_batch_summary([rec])
+    s = accounting.by_batch_summary([rec])
     assert s[2]["throughput_tok_s"] == by["2"]["throughput_tok_s"] and s[1]["cycles"] == 3
 
 
@@ -140,15 +142,15 @@ def test_every_cycle_a_boundary_falls_back_to_all_cycles(tmp_path, capsys):
     assert rec["steady"]["cycles"] == 0 and rec["steady"]["phases"] is None
     assert rec["boundary"]["extra_ms"] is None
     assert "Steady:          none" in capsys.readouterr().err
-    s = profile_log.summarize(profile_log.load(tmp_path / "prof.jsonl"))
+    s = accounting.summarize(prof_records.load(tmp_path / "prof.jsonl"))
     assert s["basis"] == "all" and any("no steady cycle" in n for n in s["notes"])
 
 
 def test_v1_records_are_read_as_unclassified(tmp_path):
-    v1 = json.loads((profile_log.Path(__file__).parent / "data/profile/synthetic_k5.jsonl").read_text().splitlines()[1])
+    v1 = json.loads((Path(__file__).parent / "data/profile/synthetic_k5.jsonl").read_text().splitlines()[1])
     assert v1["schema"] == "eagle3_prof/1"
-    assert profile_log.steady_summary([v1]) is None and profile_log.by_batch_summary([v1]) == {}
-    assert profile_log.boundary_summary([v1]) is None
+    assert accounting.steady_summary([v1]) is None and accounting.by_batch_summary([v1]) == {}
+    assert accounting.boundary_summary([v1]) is None
 
 
 def test_steady_summary_weights_windows_by_cycles():
@@ -158,7 +160,7 @@ def test_steady_summary_weights_windows_by_cycles():
         return {"steady": {"cycles": cycles, "requests": cycles, "accepted_drafts": cycles, "tokens": 2 * cycles,
                            "accept_len": 2.0, "phases": ph, "eff_tok_s": None}}
 
-    s = profile_log.steady_summary([rec(90, 6.0, 6.0), rec(10, 16.0, 15.0)])
+    s = accounting.steady_summary([rec(90, 6.0, 6.0), rec(10, 16.0, 15.0)])
     assert s["cycles"] == 100 and s["accept_len"] == 2.0
     assert s["phases"]["cycle"]["mean_ms"] == 7.0  # (90 x 6 + 10 x 16) / 100
     assert s["phases"]["cycle"]["p50_ms"] == 6.0  # cycle-weighted median of window p50s
@@ -167,10 +169,10 @@ def test_steady_summary_weights_windows_by_cycles():
 
 # --- the issue's run, end to end through the CLI -------------------------------------------------
 
-REPO = profile_log.Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent
 
 
-def issue15_run(tmp_path, monkeypatch) -> profile_log.Path:
+def issue15_run(tmp_path, monkeypatch) -> Path:
     """10 requests back to back at concurrency 1, 32 cycles each, 3 steps always right (accept
     length 4.00); steady cycle 6.01 ms; a 35 ms prefill between requests lands in the "other" of
     the previous request's last cycle (the H200 shape of issue 15, scaled)."""
@@ -202,7 +204,7 @@ def test_profile_shows_steady_table_boundaries_and_predicts_from_steady(tmp_path
     from sglang_eagle3_ext.measure import analysis
 
     f = issue15_run(tmp_path, monkeypatch)
-    s = profile_log.summarize(profile_log.load(f))
+    s = accounting.summarize(prof_records.load(f))
     assert s["windows"] == 3 and s["basis"] == "steady"  # window 1 (warm-up) left out
     assert s["phases"]["cycle"]["mean_ms"] == pytest.approx(6.01)
     assert s["eff_tok_s"] == round(4000 / 6.01, 2) == 665.56
@@ -305,7 +307,7 @@ def test_sweep_cost_model_reads_steady_cycles(tmp_path, monkeypatch):
     records carry the split, all cycles otherwise (and it says so)."""
     from sglang_eagle3_ext.tune import sweep
 
-    summary = profile_log.summarize(profile_log.load(issue15_run(tmp_path, monkeypatch)))
+    summary = accounting.summarize(prof_records.load(issue15_run(tmp_path, monkeypatch)))
 
     def cfg(name, steps, baseline=False, profile=None, tps=600.0):
         return {"name": name, "status": "ok", "baseline": baseline, "steps": steps, "topk": 1,
@@ -341,8 +343,8 @@ def test_per_rank_streams_and_the_slowest_rank(tmp_path, monkeypatch, capsys):
         play(tmp_path, [("prefill", 5.0), *[("decode", [2], verify)] * 12], EAGLE3_PROFILE_OUT=str(out))
     assert sorted(p.name for p in tmp_path.glob("prof.jsonl*")) == ["prof.jsonl", "prof.jsonl.rank1",
                                                                      "prof.jsonl.rank2"]
-    assert [p.name for p in profile_log.rank_siblings(out)] == ["prof.jsonl.rank1", "prof.jsonl.rank2"]
-    assert profile_log.rank_base(tmp_path / "prof.jsonl.rank2") == (str(out), 2)
+    assert [p.name for p in prof_records.rank_siblings(out)] == ["prof.jsonl.rank1", "prof.jsonl.rank2"]
+    assert prof_records.rank_base(tmp_path / "prof.jsonl.rank2") == (str(out), 2)
     capsys.readouterr()
     # the rank-0 file alone, or the three named: one column in the main table, one rank table
     for argv in ([str(out)], [str(out), str(out) + ".rank1", str(out) + ".rank2"]):

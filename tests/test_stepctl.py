@@ -1,6 +1,6 @@
 """Step control (issue 22 part 2): the hold schedule, the step-control hooks, what each release can do.
 
-Real: the pinned release sources (stepctl.plan / plugin.plan_hooks read them with ast), the hold
+Real: the pinned release sources (stepctl.plan / hookplan.plan_hooks read them with ast), the hold
 schedule and the hook bodies. Faked (GPU objects only): the adaptive controller's worker and its
 runtime states, as plain objects with ``speculative_num_steps``, ``_states`` and ``_activate``
 (building real states needs CUDA graphs). tests/test_stepctl_sglang.py runs the same hooks on
@@ -13,7 +13,8 @@ import types
 
 import pytest
 
-from sglang_eagle3_ext.runtime import hold, plugin, sglang_env, stepctl
+from sglang_eagle3_ext.runtime import hold, sglang_env, stepctl
+from sglang_eagle3_ext.runtime.plugin import hookplan, overview, procstate, wrappers
 
 PINNED_ADAPTIVE = ("0.5.12.post1", "0.5.13", "0.5.16", "0.5.23")
 
@@ -192,7 +193,7 @@ def test_support_follows_each_release(release_root):
         assert ok and p["tiers"] and p["step0"] == (env.version != "0.5.13")
         assert len(p["targets"]) == 3
     # the plugin compiles the same answer: three hooks, or one that refuses to start
-    plan = plugin.plan_hooks(env, profile=False, aux=False, nccl_preset=False, step_control="hold")
+    plan = hookplan.plan_hooks(env, profile=False, aux=False, nccl_preset=False, step_control="hold")
     roles = [h.role for h in plan.hooks]
     if ok:
         assert roles == ["stepctl-init", "stepctl-activate", "stepctl-verify"] and not plan.problems
@@ -207,7 +208,7 @@ def test_support_follows_each_release(release_root):
 def test_hold_and_policy_together_compile_to_a_refusal(release_root):
     env = sglang_env.locate(release_root)
     _, why = stepctl.requested({"SGLANG_EAGLE3_HOLD": "8", "SGLANG_EAGLE3_POLICY": "x.json"})
-    plan = plugin.plan_hooks(env, profile=True, aux=False, nccl_preset=False, step_control="hold", refuse=why)
+    plan = hookplan.plan_hooks(env, profile=True, aux=False, nccl_preset=False, step_control="hold", refuse=why)
     ctl = [h for h in plan.hooks if h.family == "stepctl"]
     assert [h.role for h in ctl] == ["stepctl-init"] and ctl[0].detail["refuse"] == why
     assert any(h.role == "cycle" for h in plan.hooks)  # the probes are unaffected
@@ -216,12 +217,12 @@ def test_hold_and_policy_together_compile_to_a_refusal(release_root):
 @pytest.mark.parametrize("release_root", ["0.5.13"], indirect=True)
 def test_describe_says_what_step_control_does_here(release_root):
     env = sglang_env.locate(release_root)
-    d = plugin.describe(env, {"SGLANG_EAGLE3_HOLD": "32"})
+    d = overview.describe(env, {"SGLANG_EAGLE3_HOLD": "32"})
     assert d["active"] and d["switches"]["step_control"] == "hold"
     sc = d["step_control"]
     assert sc["ok"] and not sc["step0"] and sc["refused"] is None and "loader refuses 0" in sc["reason"]
     assert [h["role"] for h in d["plan"]["hooks"]] == ["stepctl-init", "stepctl-activate", "stepctl-verify"]
-    assert "step_control" not in plugin.describe(env, {})
+    assert "step_control" not in overview.describe(env, {})
 
 
 def test_hold_without_an_adaptive_controller_is_said_at_the_first_decode_cycle(monkeypatch, caplog):
@@ -231,10 +232,10 @@ def test_hold_without_an_adaptive_controller_is_said_at_the_first_decode_cycle(m
 
     from sglang_eagle3_ext.runtime import probes
 
-    monkeypatch.setattr(plugin._S, "missing", [])
-    monkeypatch.setattr(plugin._S, "stepctl_checked", False)
-    monkeypatch.setattr(plugin._S, "registered", [plugin.Hook("stepctl-init", "stepctl", "x.init_states")])
-    cycle = plugin._cycle_hook({"rule": "not_extend", "arg": "batch", "extend_in_batch": "false"})
+    monkeypatch.setattr(procstate._S, "missing", [])
+    monkeypatch.setattr(procstate._S, "stepctl_checked", False)
+    monkeypatch.setattr(procstate._S, "registered", [hookplan.Hook("stepctl-init", "stepctl", "x.init_states")])
+    cycle = wrappers._cycle_hook({"rule": "not_extend", "arg": "batch", "extend_in_batch": "false"})
     mode = types.SimpleNamespace(is_extend=lambda: False, is_idle=lambda: False)
     batch = types.SimpleNamespace(forward_mode=mode)
     probes.reset(environ={})

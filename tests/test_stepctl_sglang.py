@@ -26,7 +26,8 @@ from sglang.srt.plugins.hook_registry import HookRegistry
 load_plugins()
 from sglang.srt.speculative.adaptive_runtime_state import AdaptiveController
 from sglang.srt.speculative.adaptive_spec_params import AdaptiveSpeculativeParams
-from sglang_eagle3_ext import plugin, stepctl
+from sglang_eagle3_ext.runtime import stepctl
+from sglang_eagle3_ext.runtime.plugin import procstate
 
 class Worker:
     speculative_num_steps = 5
@@ -39,7 +40,7 @@ class Worker:
 
 cfg = os.path.join(tempfile.mkdtemp(), "adaptive.json")
 json.dump({"1": {"candidate_steps": [0, 1, 2, 3, 4, 5]}}, open(cfg, "w"))
-R = {"registered": [h.target for h in plugin._S.registered], "patched": sorted(HookRegistry._patched)}
+R = {"registered": [h.target for h in procstate._S.registered], "patched": sorted(HookRegistry._patched)}
 w = Worker()
 ctrl = AdaptiveController(w, AdaptiveSpeculativeParams(initial_steps=5, cfg_path=cfg))
 try:
@@ -79,7 +80,8 @@ from sglang.srt.plugins import load_plugins
 load_plugins()
 from sglang.srt.speculative.adaptive_runtime_state import AdaptiveController
 from sglang.srt.speculative.adaptive_spec_params import AdaptiveSpeculativeParams
-from sglang_eagle3_ext import plugin, probes
+from sglang_eagle3_ext.runtime import probes
+from sglang_eagle3_ext.runtime.plugin import procstate
 
 d = tempfile.mkdtemp()
 common = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2)
@@ -123,8 +125,8 @@ probes.cycle_begin()
 w.on_verify_complete_cpu(prev, batch_size=2)
 rec = probes.flush()
 R = {"ran": ran, "by_key": {k: [v["cycles"], v["accept_len"], v["draft_tokens"]] for k, v in rec["by_key"].items()},
-     "control": rec["control"], "switch": rec["boundary"]["reasons"]["switch"], "missing": plugin._S.missing,
-     "registered": [h.target for h in plugin._S.registered]}
+     "control": rec["control"], "switch": rec["boundary"]["reasons"]["switch"], "missing": procstate._S.missing,
+     "registered": [h.target for h in procstate._S.registered]}
 print("RESULT " + json.dumps(R))
 '''
 

@@ -11,8 +11,8 @@ import textwrap
 
 import pytest
 
-from sglang_eagle3_ext.patcher.spec import _parse_patch
 from sglang_eagle3_ext.patcher.transform import MARKER, transform_source
+from sglang_eagle3_ext.runtime.probemap import _parse_patch
 
 DOCS = {"why": "w", "how": "h", "upstream": "u", "removal": "r"}
 IMPORT_PROBES = (

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
-from .console import out, print_json
+from ..measure import compare
+from .console import out, plain, print_json
 
 HELP = ("Compare bench results: tok/s avg and peak, accept length, % vs a baseline; "
         "ladders per concurrency level.")
@@ -25,8 +27,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..measure import compare
-
     if compare.is_ladder_set(args.files):
         lr = compare.ladder_rows(compare.load_ladders(args.files), args.baseline)
         if args.json:
@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
         elif args.markdown:
             out.print(compare.ladder_markdown(lr), highlight=False, markup=False)
         else:
-            out.print(compare.ladder_rich_table(lr))
+            out.print(ladder_rich_table(lr))
         return 0
     rs = compare.rows(compare.load(args.files), args.baseline, args.metric)
     if args.json:
@@ -42,5 +42,31 @@ def run(args: argparse.Namespace) -> int:
     elif args.markdown:
         out.print(compare.markdown(rs), highlight=False, markup=False)
     else:
-        out.print(compare.rich_table(rs))
+        out.print(rich_table(rs))
     return 0
+
+
+def rich_table(rs: list[dict[str, Any]]) -> Any:
+    from rich.table import Table
+
+    metric = rs[0]["metric"] if rs else "decode_tok_s"
+    t = Table(title=f"tok/s = {metric.replace('_tok_s', '')} tok/s per stream; accept len incl. bonus",
+              title_justify="left")
+    t.add_column("Config")
+    for c in ("tok/s (avg)", "tok/s (peak)", "accept len", "vs baseline"):
+        t.add_column(c, justify="right")
+    for cells in compare.table_lines(rs):
+        t.add_row(*map(plain, cells))  # no markup from labels
+    return t
+
+
+def ladder_rich_table(rs: list[dict[str, Any]]) -> Any:
+    from rich.table import Table
+
+    t = Table(title="per level vs the baseline ladder at the same concurrency; accept len incl. bonus",
+              title_justify="left")
+    for i, c in enumerate(compare.LADDER_HEAD):
+        t.add_column(c, justify="left" if i == 1 else "right")
+    for cells in compare.ladder_cells(rs):
+        t.add_row(*map(plain, cells))
+    return t

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 from typing import IO, Any
 
 from rich.console import Console
 from rich.table import Table
+
+from ..documents.text import clean
 
 PIPE_WIDTH = 1000  # columns when not a terminal: wider than any table we print
 
@@ -58,15 +59,6 @@ err = WideConsole(stderr=True, soft_wrap=True, width=pipe_width(sys.stderr))
 def print_json(data: Any) -> None:
     """Plain JSON on stdout (no rich markup), for scripts."""
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
-
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def clean(value: Any) -> str:
-    """Text from a file or a server, safe to print: control characters (terminal escape codes,
-    newlines that would break a table row) shown as ``\\x1b``."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(value))
 
 
 def plain(value: Any) -> Any:

@@ -188,7 +188,8 @@ def _run_live(args, env, route: str, cfg, outdir: Path,
 
 
 def _live_steps(args, env, route: str, cfg, outdir: Path, summary: dict[str, Any]) -> int:
-    from ..measure import bench, profile_log
+    from ..documents import jsonio, prof_records
+    from ..measure import accounting, bench
     from ..patcher import engine
     from ..serve import server as srv
     from .bench import render
@@ -203,13 +204,13 @@ def _live_steps(args, env, route: str, cfg, outdir: Path, summary: dict[str, Any
             summary["healthy_after_s"] = round(time.time() - t0, 1)
             result = bench.run_bench(bench.BenchOptions(url=cfg.url, runs=args.runs, warmup=1,
                                                         max_tokens=args.max_tokens, label="demo"))
-            bench.write_json(outdir / "bench.json", result)
+            jsonio.write_json(outdir / "bench.json", result)
             render(result)
         finally:
             server.stop()
         prof = outdir / "profile.jsonl"
         if prof.is_file():
-            s = profile_log.summarize(profile_log.load(prof))
+            s = accounting.summarize(prof_records.load(prof))
             out.print(_table([s], None))
             summary["profile_accept_len"] = s["accept_len"]
             summary["cycle_ms"] = s["phases"]["cycle"]["mean_ms"]

@@ -51,11 +51,10 @@ def _patch_summary(env) -> dict | None:
 
 def _plugin_summary() -> dict | None:
     try:
-        from ..runtime import plugin
+        from ..runtime.plugin import overview
     except ImportError:
         return None
-    fn = getattr(plugin, "describe", None)
-    return fn() if fn else None
+    return overview.describe()
 
 
 def collect(sglang_root: str | None) -> dict:

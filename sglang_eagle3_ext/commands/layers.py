@@ -8,6 +8,7 @@ from pathlib import Path
 from ..runtime import layers
 from ..runtime.errors import UserError
 from ..runtime.safeparse import json_loads
+from ..serve import layer_check
 from .console import out, print_json
 
 HELP = "Check which target hidden-state layers feed the EAGLE-3 draft (our convention: output of layer k)."
@@ -53,13 +54,13 @@ def read_config(path: str, what: str) -> dict:
     return data
 
 
-def _fmt(rep: layers.CheckReport, loops: list[int]) -> str:
+def _fmt(rep: layer_check.CheckReport, loops: list[int]) -> str:
     final_ok = layers.final_capturable(layers.FAMILIES[rep.family], rep.version)
     names = ",".join(layers.loop_label(i, rep.num_layers, final_ok) for i in loops)
     return f"{names}  (loop / HF indices {layers.format_layers(loops)})"
 
 
-def render(rep: layers.CheckReport) -> None:
+def render(rep: layer_check.CheckReport) -> None:
     fam = rep.family + (" -> deepseek_v2 rules via language_model" if rep.family == "kimi_k25" else "")
     out.print(f"SGLang {rep.version}; target {rep.target_arch}, family {fam}, {rep.num_layers} decoder layers",
               highlight=False, markup=False)
@@ -115,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
 
     aux_text = args.aux_layers if args.aux_layers is not None else settings.AUX_LAYERS.get()
     aux = layers.parse_layers(aux_text) if aux_text else None
-    rep = layers.check(target, draft, version, trained, aux)
+    rep = layer_check.check(target, draft, version, trained, aux)
     if args.json:
         print_json(rep.to_dict())
     else:

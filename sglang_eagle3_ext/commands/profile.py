@@ -8,7 +8,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ..measure import analysis, profile_log
+from ..documents import prof_records
+from ..measure import accounting, analysis, client_twin, policy_report
 from ..runtime.errors import UserError
 from ..runtime.probes.window import CYCLE, CYCLE_LABEL, LABELS, PHASES
 from .console import clean, err, out, plain, print_json
@@ -127,7 +128,7 @@ def _key_table(summaries: list[dict[str, Any]], baseline_tps: float | None):
     """One row per key: its own steady cycles, phases, acceptance and tok/s (interval over blocks)."""
     from rich.table import Table
 
-    from ..tune.scan import t_interval
+    from ..tune.scan_cells import t_interval
 
     rows = [(s, k, v) for s in summaries for k, v in _keys(s).items()]
     if not rows or all(len(_keys(s)) < 2 for s in summaries):
@@ -145,7 +146,7 @@ def _key_table(summaries: list[dict[str, Any]], baseline_tps: float | None):
     for s, k, v in rows:
         ph = v.get("phases") or {}
         cyc = ph.get(CYCLE) or {}
-        rates = [r["per_stream_tok_s"] for r in profile_log.part_rates(v.get("parts") or [])
+        rates = [r["per_stream_tok_s"] for r in accounting.part_rates(v.get("parts") or [])
                  if r["per_stream_tok_s"] is not None]
         iv = t_interval(rates)
         cells = ([Path(s["file"]).name] if many else []) + [
@@ -301,9 +302,9 @@ def _agreement_table(s: dict[str, Any], a: dict[str, Any]):
 def _agree(s: dict[str, Any], run: Any, client: dict[str, Any], all_windows: bool) -> dict[str, Any]:
     """Profile vs one client result: the windows written while it ran (when the times line up;
     else the whole file), like with like (its batch size when the records split by batch)."""
-    aligned = profile_log.aligned_run(run, client) if run is not None else None
-    basis = profile_log.summarize(aligned, all_windows=all_windows) if aligned is not None else s
-    a = profile_log.agreement(basis, client)
+    aligned = client_twin.aligned_run(run, client) if run is not None else None
+    basis = accounting.summarize(aligned, all_windows=all_windows) if aligned is not None else s
+    a = client_twin.agreement(basis, client)
     a["windows"] = (aligned.notes[0] if aligned is not None else "every window of the file (no time overlap found)")
     return a
 
@@ -335,30 +336,30 @@ def _rank_groups(files: list[str]) -> list[list[str]]:
     the EAGLE3_PROFILE_OUT path they share; rank 0 (the path itself) first."""
     groups: dict[str, list[str]] = {}
     for f in files:
-        base, _ = profile_log.rank_base(f)
+        base, _ = prof_records.rank_base(f)
         g = groups.setdefault(base, [])
         rank0 = [base] if Path(base).is_file() else []
-        for q in [*rank0, f, *map(str, profile_log.rank_siblings(f))]:
+        for q in [*rank0, f, *map(str, prof_records.rank_siblings(f))]:
             if q not in g:
                 g.append(q)
-    return [sorted(g, key=lambda q: (profile_log.rank_base(q)[1] or 0, q)) for g in groups.values()]
+    return [sorted(g, key=lambda q: (prof_records.rank_base(q)[1] or 0, q)) for g in groups.values()]
 
 
-def _load_group(group: list[str], named: set[str]) -> tuple[list[profile_log.ProfileRun], list[str]]:
+def _load_group(group: list[str], named: set[str]) -> tuple[list[prof_records.ProfileRun], list[str]]:
     """Every stream of one run. A ``.rankN`` sibling found beside a named file (not named itself)
     that cannot be read (a stray, unreadable or half-written file) is skipped with a note; the
     named files must read."""
-    loaded: list[profile_log.ProfileRun] = []
+    loaded: list[prof_records.ProfileRun] = []
     skipped: list[str] = []
     for f in group:
         if f in named:
-            loaded.append(profile_log.load(f))
+            loaded.append(prof_records.load(f))
             continue
         if not Path(f).is_file():  # a folder; a FIFO would block the read for ever
             skipped.append(f"rank sibling skipped: {f}: not a regular file")
             continue
         try:
-            loaded.append(profile_log.load(f))
+            loaded.append(prof_records.load(f))
         except UserError as exc:
             skipped.append(f"rank sibling skipped: {exc}")
     return loaded, skipped
@@ -434,17 +435,17 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--baseline-step-ms must be positive (got {args.baseline_step_ms:g})", exit_code=2)
     summaries = []
     ranks: dict[str, Any] = {}
-    runs: list[profile_log.ProfileRun] = []
+    runs: list[prof_records.ProfileRun] = []
     named = set(args.files)
     for group in _rank_groups(args.files):
         loaded, skipped = _load_group(group, named)
         runs.append(loaded[0])
-        per = [profile_log.summarize(r, all_windows=args.all_windows) for r in loaded]
+        per = [accounting.summarize(r, all_windows=args.all_windows) for r in loaded]
         per[0]["notes"].extend(skipped)
         summaries.append(_with_baseline(per[0], args.baseline_tps))  # the table shows rank 0's stream
-        spread = profile_log.rank_spread(per)
+        spread = client_twin.rank_spread(per)
         if spread:
-            ranks[profile_log.rank_base(group[0])[0]] = spread
+            ranks[prof_records.rank_base(group[0])[0]] = spread
     step_ms = args.baseline_step_ms or (1000.0 / args.baseline_tps if args.baseline_tps else None)
     predictions: dict[str, Any] = {}
     if args.predict:
@@ -460,7 +461,7 @@ def run(args: argparse.Namespace) -> int:
                                      "key": ks.get("key")}
     agree: dict[str, Any] = {}
     if args.bench:
-        client = profile_log.read_client(args.bench)
+        client = client_twin.read_client(args.bench)
         for s in summaries:
             run = next((r for r in runs if r.path == s["file"]), None)
             if "levels" in client:  # a ladder: every level against the windows of its own span
@@ -488,11 +489,7 @@ def run(args: argparse.Namespace) -> int:
                   _key_table(summaries, args.baseline_tps)):
         if extra is not None:
             out.print(extra)
-    from ..measure.policy_report import (
-        table as policy_table,  # issue 25: what the policy chose and got
-    )
-
-    if (pt := policy_table(summaries)) is not None:
+    if (pt := _policy_table(summaries)) is not None:  # issue 25: what the policy chose and got
         out.print(pt)
     for base, spread in ranks.items():
         out.print(_rank_table(base, spread))
@@ -511,3 +508,27 @@ def run(args: argparse.Namespace) -> int:
         out.print(_predict_table(v["summary"], v["rows"]))
         out.print(v["recommendation"], highlight=False, markup=False)
     return 0
+
+
+def _policy_table(summaries: list[dict[str, Any]]):
+    """The ``profile`` table, or None when no file ran the policy."""
+    from rich.table import Table
+
+    have = [(s, policy_report.rows(s)) for s in summaries]
+    have = [(s, r) for s, r in have if r]
+    if not have:
+        return None
+    t = Table(title="Throughput policy: steps chosen per batch size, expected vs realised per-stream tok/s "
+                    "(expected: online acceptance / scan cycle ms; realised: this file's steady cycles of that key)")
+    for c in ("file", "batch", "steps", "cycles (share)", "explore", "expected", "realised", "diff"):
+        t.add_column(c, justify="left" if c == "file" else "right")
+    for s, rs in have:
+        for r in rs:
+            t.add_row(Path(s["file"]).name, str(r["bs"]), str(r["steps"]), f"{r['cycles']} ({r['share']:.0%})",
+                      str(r["explore"]), _fmt1(r["expected_per_stream_tok_s"]), _fmt1(r["realised_per_stream_tok_s"]),
+                      "" if r["realised_vs_expected_pct"] is None else f"{r['realised_vs_expected_pct']:+.1f}%")
+    return t
+
+
+def _fmt1(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}"

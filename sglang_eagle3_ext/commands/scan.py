@@ -103,11 +103,11 @@ def merge_extra(base: list[str], given: list[str]) -> list[str]:
 
 def build(args: argparse.Namespace) -> dict[str, Any]:
     """Everything the run needs, checked before anything starts."""
+    from ..documents.jsonio import write_json
     from ..measure import bench
-    from ..measure.bench import write_json
     from ..runtime.sglang_env import locate
     from ..serve import adaptive_format, flags, launch_config
-    from ..tune import scan
+    from ..tune import scan, scan_memory
 
     preset, given = _split_words(args)
     env = locate(getattr(args, "sglang_root", None))
@@ -135,7 +135,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     if (out_dir / "scan.json").exists():
         raise UserError(f"{out_dir / 'scan.json'} exists: give another --out (or move it away)", exit_code=2)
     extra = merge_extra(list(base.extra_args), given)
-    mrr = scan._extra_int(extra, "--max-running-requests")
+    mrr = scan_memory._extra_int(extra, "--max-running-requests")
     if mrr is not None and mrr < max(levels):
         raise UserError(f"--max-running-requests {mrr} (from the preset) is below the top level "
                         f"{max(levels)}: the batch would never reach it. Add `-- --max-running-requests "
@@ -147,7 +147,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
                      "count's accept length is that one text's, measured on other stretches of it per "
                      "step count (tiny MoE on the H200: up to 10 % above or below that request's own; docs/scan.md). "
                      "Give --prompts with requests like your traffic (a tiny build: tiny --paths N)")
-    gmax = scan._extra_int(extra, "--cuda-graph-max-bs-decode", "--cuda-graph-max-bs")
+    gmax = scan_memory._extra_int(extra, "--cuda-graph-max-bs-decode", "--cuda-graph-max-bs")
     if gmax is not None and gmax < max(levels):
         notes.append(f"CUDA graphs are captured up to batch size {gmax}: levels above it run eager (the cells "
                      f"say graph false); add `-- --cuda-graph-max-bs-decode {max(levels)}` to capture them")
@@ -196,7 +196,7 @@ def _progress_printer() -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from ..serve import server
-    from ..tune import scan
+    from ..tune import scan, scan_memory
 
     b = build(args)
     cfg, opts, out_dir = b["cfg"], b["opts"], b["out_dir"]
@@ -206,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
               f"{out_dir / scan.CONFIG_NAME}, read back by the release's loader), start at --steps {cfg.steps} "
               f"(the largest candidate: the start-step rule); hold blocks of {opts.block} cycles",
               highlight=False, markup=False)
-    mem = scan.estimate_memory(cfg.model, cfg.draft, opts.candidates, list(cfg.extra_args))
+    mem = scan_memory.estimate_memory(cfg.model, cfg.draft, opts.candidates, list(cfg.extra_args))
     if mem.get("known"):
         per = ", ".join(f"s{k} {v:.2f}" for k, v in mem["per_state_gib"].items())
         out.print(f"memory of {len(opts.candidates)} states, ESTIMATED: {mem['total_gib']:.2f} GiB ({per} GiB); "
@@ -266,7 +266,7 @@ def _f(v: float | None, spec: str = ".1f") -> str:
 
 
 def _label(steps: int) -> str:
-    from ..tune.scan import STEP0_LABEL
+    from ..documents.scan_doc import STEP0_LABEL
 
     return STEP0_LABEL if steps == 0 else f"{steps} step{'s' if steps > 1 else ''}"
 
@@ -315,13 +315,13 @@ def memory_lines(mem: dict[str, Any]) -> list[str]:
 def render(doc: dict[str, Any]) -> None:
     from rich.table import Table
 
-    from ..tune import scan
+    from ..documents import scan_doc
 
     base = doc.get("baseline") or {}
     if doc.get("interrupted"):
         out.print("[yellow]interrupted:[/] the figures below are what was measured before Ctrl-C")
     for lv in doc["levels"]:
-        cells = [c for c in scan.main_cells(doc) if c["level"] == lv]
+        cells = [c for c in scan_doc.main_cells(doc) if c["level"] == lv]
         if not cells:
             continue
         ref = (base.get(str(lv)) or {}).get("per_stream_tok_s")
@@ -350,12 +350,12 @@ def render(doc: dict[str, Any]) -> None:
             t.add_row(*row)
         if base.get(str(lv)):
             bl = base[str(lv)]
-            t.add_row(scan.PLAIN_LABEL, f"{bl.get('runs', '-')} runs (client)", "", "", "", "", "", "", "",
+            t.add_row(scan_doc.PLAIN_LABEL, f"{bl.get('runs', '-')} runs (client)", "", "", "", "", "", "", "",
                       _f(bl["per_stream_tok_s"]), _f(bl["throughput_tok_s"]), *(["+0.0%"] if vs_name else []))
         out.print(t)
-        for line in twin_lines(scan.twin(doc, lv)):
+        for line in twin_lines(scan_doc.twin(doc, lv)):
             out.print(line, highlight=False, markup=False)
-    drain = len(doc.get("cells", [])) - len(scan.main_cells(doc))
+    drain = len(doc.get("cells", [])) - len(scan_doc.main_cells(doc))
     if drain:
         out.print(f"  ({drain} more cell(s) at drain batch sizes, while a level's requests finished: in scan.json)",
                   highlight=False, markup=False)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..runtime.errors import UserError
+from .compare import rich_table
 from .console import err, out
 
 HELP = ("Sweep steps/topk/draft tokens (+ no-spec baseline, NCCL, custom all-reduce) x concurrency: "
@@ -104,9 +105,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.report:
         out_dir = Path(args.report)
-        from ..tune import scan
+        from ..documents import scan_doc
 
-        if scan.is_scan(out_dir) and not (out_dir / "results.json").exists():
+        if scan_doc.is_scan(out_dir) and not (out_dir / "results.json").exists():
             return _report_scan(out_dir, Path(args.out) if args.out else None)
         doc = sweep.load_results(out_dir / "results.json")
         if doc is None:
@@ -164,11 +165,11 @@ def run(args: argparse.Namespace) -> int:
 def _report_scan(src: Path, dest: Path | None) -> int:
     """--report of a scan folder (or its scan.json): the scan's tables again; --out writes
     scan.json and table.md there, src is only read."""
-    from ..measure.bench import write_json
-    from ..tune import scan
+    from ..documents import scan_doc
+    from ..documents.jsonio import write_json
     from .scan import render
 
-    doc = scan.load(src)
+    doc = scan_doc.load(src)
     render(doc)
     if dest is None:
         out.print(f"nothing written ({src} is only read); --out DIR writes scan.json and table.md there",
@@ -178,7 +179,7 @@ def _report_scan(src: Path, dest: Path | None) -> int:
         raise UserError(f"--out {dest} is the folder --report reads: give another folder", exit_code=2)
     dest.mkdir(parents=True, exist_ok=True)
     write_json(dest / "scan.json", doc)
-    (dest / "table.md").write_text(scan.markdown(doc) + "\n")
+    (dest / "table.md").write_text(scan_doc.markdown(doc) + "\n")
     out.print(f"wrote {dest / 'scan.json'}, {dest / 'table.md'}", highlight=False, markup=False)
     return 0
 
@@ -186,9 +187,9 @@ def _report_scan(src: Path, dest: Path | None) -> int:
 def _report(doc: dict[str, Any], out_dir: Path, no_plots: bool, scratch: bool = False) -> int:
     """Failures, the comparison table, the analysis and the plots of one sweep document.
     ``scratch``: out_dir is a temporary folder (report only): its files are not announced."""
+    from ..documents.jsonio import write_json
     from ..documents.outputs import WriteFailed, report_unwritten, write_atomic
     from ..measure import compare
-    from ..measure.bench import write_json
     from ..tune import sweep
 
     failed = [c for c in doc["configs"] if c["status"] != "ok"]
@@ -202,7 +203,7 @@ def _report(doc: dict[str, Any], out_dir: Path, no_plots: bool, scratch: bool = 
     except UserError:
         rs = []
     if rs:
-        out.print(compare.rich_table(rs))
+        out.print(rich_table(rs))
         write_atomic(out_dir / "table.md", compare.markdown(rs) + "\n", what="table")
     from ..tune import tiers
 

@@ -89,7 +89,7 @@ def accept_len_from_rates(rates: Sequence[float | None], steps: int) -> float:
 
 def cost_basis(rec: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
     """The phase times a cost figure should use, and what they are made of: a
-    ``profile_log.summarize`` result says (``basis``); a raw ``eagle3_prof/2`` window record gives
+    ``accounting.summarize`` result says (``basis``); a raw ``eagle3_prof/2`` window record gives
     its steady cycles; an ``eagle3_prof/1`` record (no split) falls back to all cycles."""
     if "basis" in rec:
         return rec.get("phases") or {}, str(rec["basis"])
@@ -128,7 +128,7 @@ def _rows(rates: Sequence[float | None], k: int, cycle_of: Any, baseline_step_ms
 def predict_from_run(record: Mapping[str, Any], baseline_step_ms: float | None = None) -> list[Prediction]:
     """Rows for k' = 1..k from one profiled run at k steps (topk 1), plus the baseline if known.
 
-    ``record`` is an ``eagle3_prof`` window record or a ``profile_log.summarize`` result; the
+    ``record`` is an ``eagle3_prof`` window record or a ``accounting.summarize`` result; the
     cycle time is its steady-state one where the record has the split (``cost_basis``), since
     request starts are not part of the decode rate a client sees.
     """

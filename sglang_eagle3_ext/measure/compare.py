@@ -11,11 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..commands.console import clean, plain
+from ..documents.bench_doc import LADDER_SCHEMA
+from ..documents.bench_doc import SCHEMA as BENCH_SCHEMA
+from ..documents.jsonio import read_json
 from ..documents.records import BenchResult, SweepResults, amount_error
+from ..documents.text import clean
 from ..runtime.errors import UserError
-from .bench import LADDER_SCHEMA, read_json
-from .bench import SCHEMA as BENCH_SCHEMA
 
 SWEEP_SCHEMA = "eagle3_sweep/1"
 METRICS = ("decode_tok_s", "e2e_tok_s", "throughput_tok_s")
@@ -154,20 +155,6 @@ def markdown(rs: list[dict[str, Any]]) -> str:
     return "\n".join([head, sep] + ["| " + " | ".join(_md(c)) + " |" for c in table_lines(rs)])
 
 
-def rich_table(rs: list[dict[str, Any]]) -> Any:
-    from rich.table import Table
-
-    metric = rs[0]["metric"] if rs else "decode_tok_s"
-    t = Table(title=f"tok/s = {metric.replace('_tok_s', '')} tok/s per stream; accept len incl. bonus",
-              title_justify="left")
-    t.add_column("Config")
-    for c in ("tok/s (avg)", "tok/s (peak)", "accept len", "vs baseline"):
-        t.add_column(c, justify="right")
-    for cells in table_lines(rs):
-        t.add_row(*map(plain, cells))  # no markup from labels
-    return t
-
-
 # ---------------------------------------------------------------- ladders
 
 
@@ -188,17 +175,17 @@ def _scan_ladders(data: Any, origin: str) -> list[dict[str, Any]]:
     level's batch size), plus the plain server's when the scan benched one (the baseline then)."""
     if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("eagle3_scan/"):
         return []
+    from ..documents import scan_doc
     from ..documents.records import ScanResult
-    from ..tune import scan
 
     ScanResult.from_json(data, origin)
     out = []
-    for s in sorted({c["steps"] for c in scan.main_cells(data)}):
+    for s in sorted({c["steps"] for c in scan_doc.main_cells(data)}):
         levels = [{"concurrency": c["level"], "summary": {
             "per_stream_tok_s": c["per_stream_tok_s"], "throughput_tok_s": c["throughput_tok_s"],
             "ttft_s": None, "accept_length": c["accept_len"]}}
-            for c in sorted(scan.main_cells(data), key=lambda c: c["level"]) if c["steps"] == s]
-        name = scan.STEP0_LABEL if s == 0 else f"{s} step{'s' if s > 1 else ''}"
+            for c in sorted(scan_doc.main_cells(data), key=lambda c: c["level"]) if c["steps"] == s]
+        name = scan_doc.STEP0_LABEL if s == 0 else f"{s} step{'s' if s > 1 else ''}"
         out.append({"label": f"scan {name} (probes, steady)", "baseline": False, "levels": levels})
     base = data.get("baseline") or {}
     if base:
@@ -225,7 +212,7 @@ def is_ladder_set(paths: list[str]) -> bool:
 
 def load_ladders(paths: list[str]) -> list[dict[str, Any]]:
     """Ladder documents from ladder files, steps x concurrency sweeps' results.json and scans."""
-    from .bench import load_ladder
+    from ..documents.bench_doc import load_ladder
 
     docs: list[dict[str, Any]] = []
     for p in map(_scan_path, paths):
@@ -308,15 +295,3 @@ def ladder_markdown(rs: list[dict[str, Any]]) -> str:
     head = "| " + " | ".join(LADDER_HEAD) + " |"
     sep = "|" + "|".join(["---"] * 2 + [":-:"] * (len(LADDER_HEAD) - 2)) + "|"
     return "\n".join([head, sep] + ["| " + " | ".join(_md(c)) + " |" for c in ladder_cells(rs)])
-
-
-def ladder_rich_table(rs: list[dict[str, Any]]) -> Any:
-    from rich.table import Table
-
-    t = Table(title="per level vs the baseline ladder at the same concurrency; accept len incl. bonus",
-              title_justify="left")
-    for i, c in enumerate(LADDER_HEAD):
-        t.add_column(c, justify="left" if i == 1 else "right")
-    for cells in ladder_cells(rs):
-        t.add_row(*map(plain, cells))
-    return t

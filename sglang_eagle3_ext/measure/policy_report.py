@@ -86,29 +86,3 @@ def rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
                         "realised_per_stream_tok_s": rv, "realised_cycles": r["cycles"] if r else 0,
                         "realised_vs_expected_pct": round((rv / exp - 1) * 100, 1) if (rv and exp) else None})
     return out
-
-
-def table(summaries: list[dict[str, Any]]):
-    """The ``profile`` table, or None when no file ran the policy."""
-    from pathlib import Path
-
-    from rich.table import Table
-
-    have = [(s, rows(s)) for s in summaries]
-    have = [(s, r) for s, r in have if r]
-    if not have:
-        return None
-    t = Table(title="Throughput policy: steps chosen per batch size, expected vs realised per-stream tok/s "
-                    "(expected: online acceptance / scan cycle ms; realised: this file's steady cycles of that key)")
-    for c in ("file", "batch", "steps", "cycles (share)", "explore", "expected", "realised", "diff"):
-        t.add_column(c, justify="left" if c == "file" else "right")
-    for s, rs in have:
-        for r in rs:
-            t.add_row(Path(s["file"]).name, str(r["bs"]), str(r["steps"]), f"{r['cycles']} ({r['share']:.0%})",
-                      str(r["explore"]), _f(r["expected_per_stream_tok_s"]), _f(r["realised_per_stream_tok_s"]),
-                      "" if r["realised_vs_expected_pct"] is None else f"{r['realised_vs_expected_pct']:+.1f}%")
-    return t
-
-
-def _f(v: float | None) -> str:
-    return "-" if v is None else f"{v:.1f}"

@@ -19,9 +19,9 @@ from typing import Any
 
 from .. import __version__
 from ..runtime.errors import UserError
+from ..runtime.probemap import Patch, load_specs, select, version_matches
 from ..runtime.sglang_env import SGLangEnv
 from . import manifest as mf
-from .spec import Patch, load_specs, select, version_matches
 from .transform import MARKER, FileResult, transform_source
 
 

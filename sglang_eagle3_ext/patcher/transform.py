@@ -19,8 +19,8 @@ from typing import Any
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
+from ..runtime.probemap import Anchor, Patch
 from . import MARKER  # the one definition (patcher/__init__.py, stdlib only)
-from .spec import Anchor, Patch
 
 # The one name our inserted code binds in a module, per runtime module of ours.
 ALIASES = {"probes": "_sglang_eagle3_probes", "layers": "_sglang_eagle3_layers"}

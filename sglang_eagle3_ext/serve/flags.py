@@ -14,20 +14,12 @@ check and ``server.Server`` runs). This module reads ``launch_config`` and never
 
 from __future__ import annotations
 
-import ast
-import importlib.metadata
-import importlib.util
-import json
 import os
-import re
-import subprocess
 import sys
-from functools import lru_cache
 from pathlib import Path
 
 from ..runtime import settings
 from ..runtime.errors import UserError
-from ..runtime.safeparse import json_loads
 from ..runtime.settings import (
     AUX_LAYERS,
     NCCL,
@@ -39,6 +31,8 @@ from ..runtime.settings import (
 )
 from ..runtime.sglang_env import SGLangEnv, parse_version
 from .launch_config import LaunchConfig, check_env_names
+from .release_flags import _FLAG_RE, eagle3_archs, known_flags, read_architecture
+from .sglang_check import importable_matches, run_sglang_checks
 
 ALGORITHMS = ("EAGLE", "EAGLE3")
 # NEXTN is SGLang's alias of EAGLE in every release (0.5.23 arg_groups/speculative_hook.py:107-113).
@@ -77,83 +71,6 @@ MTP_TARGET_ARCHS = frozenset({
     "MistralLarge3ForCausalLM", "PixtralForConditionalGeneration", "HYV3ForCausalLM",
     "HYV4ForCausalLM", "Qwen4ExpForConditionalGeneration",
 })
-
-_FLAG_RE = re.compile(r"^--[a-z0-9][a-z0-9-]*$")
-
-
-# --------------------------------------------------------------------------------------------
-# What a release offers, read from its source (no import)
-# --------------------------------------------------------------------------------------------
-
-def _is_A_annotation(node: ast.expr) -> bool:
-    return isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "A"
-
-
-def _no_cli(node: ast.expr) -> bool:
-    return any(
-        isinstance(kw, ast.keyword) and kw.arg == "no_cli" and isinstance(kw.value, ast.Constant)
-        and kw.value.value is True
-        for call in ast.walk(node) if isinstance(call, ast.Call) for kw in call.keywords
-    )
-
-
-@lru_cache(maxsize=16)
-def _known_flags(package_dir: str) -> frozenset[str]:
-    srt = Path(package_dir) / "srt"
-    files = [srt / "server_args.py", *sorted((srt / "arg_groups").rglob("*.py"))]
-    flags: set[str] = set()
-    for f in files:
-        if not f.is_file():
-            continue
-        tree = ast.parse(f.read_text(encoding="utf-8"), filename=str(f))
-        for node in ast.walk(tree):
-            # argparse names and Arg(aliases=[...], cli_name=...) strings (<= 0.5.15 and later).
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and _FLAG_RE.match(node.value):
-                flags.add(node.value)
-            # `field: A[T, ...]` becomes `--field` (0.5.14+ server_args.py; 0.5.20+
-            # arg_groups/fields/*.py; 0.5.23 arg_groups/arg_utils.py:288-330), unless no_cli=True.
-            elif (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-                  and _is_A_annotation(node.annotation) and not _no_cli(node.annotation)):
-                flags.add("--" + node.target.id.replace("_", "-"))
-    return frozenset(flags)
-
-
-def known_flags(env: SGLangEnv) -> frozenset[str]:
-    """Every `--flag` that `python -m sglang.launch_server` of this release accepts."""
-    return _known_flags(str(env.package_dir))
-
-
-@lru_cache(maxsize=16)
-def _eagle3_archs(package_dir: str) -> frozenset[str]:
-    names: set[str] = set()
-    for f in sorted((Path(package_dir) / "srt" / "models").glob("*.py")):
-        text = f.read_text(encoding="utf-8", errors="replace")
-        for m in re.finditer(r"^EntryClass\s*=\s*\[?([^\]\n]*)", text, re.M):
-            names.update(n.strip() for n in m.group(1).split(",") if "Eagle3" in n)
-    return frozenset(n for n in names if n)
-
-
-def eagle3_archs(env: SGLangEnv) -> frozenset[str]:
-    """EAGLE-3 draft architectures this release can load (its models/*.py EntryClass names)."""
-    return _eagle3_archs(str(env.package_dir))
-
-
-def read_architecture(path: str | Path, what: str) -> str:
-    """architectures[0] of a model folder's config.json; UserError(2) when it isn't there."""
-    p = Path(path).expanduser()
-    if not p.exists():
-        raise UserError(f"{what} {p}: no such folder (local paths only; nothing is downloaded)", 2)
-    cfg_file = p / "config.json"
-    if not cfg_file.is_file():
-        raise UserError(f"{what} {p}: no config.json inside (is this a model folder?)", 2)
-    try:
-        cfg = json_loads(cfg_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{what} {cfg_file}: cannot read it as JSON ({exc})", 2) from exc
-    archs = cfg.get("architectures") if isinstance(cfg, dict) else None
-    if not archs or not isinstance(archs, list):
-        raise UserError(f"{what} {cfg_file}: no 'architectures' list", 2)
-    return str(archs[0])
 
 
 # --------------------------------------------------------------------------------------------
@@ -583,124 +500,4 @@ def validate(cfg: LaunchConfig, env: SGLangEnv, *, sglang_check: bool | None = N
                          f"is not {env.version}")
     if sglang_check:
         notes += run_sglang_checks(argv, env=child_env, python=cfg.python)
-    return notes
-
-
-# --------------------------------------------------------------------------------------------
-# SGLang's own resolution + checks, in a child Python (8-16 s of imports; env writes stay there)
-# --------------------------------------------------------------------------------------------
-
-def importable_matches(env: SGLangEnv, python: str | None = None) -> bool:
-    """True when ``python`` (default: this one) imports the same SGLang release as ``env``."""
-    if python and Path(python).resolve() != Path(sys.executable).resolve():
-        return False  # another interpreter: don't guess
-    try:
-        installed = importlib.metadata.version("sglang")
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return installed == env.version and importlib.util.find_spec("torch") is not None
-
-
-# Runs in the child: parse with SGLang's parser, resolve, check; print one JSON line.
-_CHECKER = r"""
-import json, sys, traceback, io, contextlib
-argvs = json.loads(sys.stdin.read())
-def where(exc):
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "sglang" in f.filename]
-    if not frames:
-        return ""
-    f = frames[-1]
-    path = f.filename.split("site-packages/")[-1]
-    return f"{path}:{f.lineno}: {(f.line or '').strip()}"
-def attempt(args):
-    from sglang.srt.server_args import prepare_server_args
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err):
-            sa = prepare_server_args(list(args))
-    except SystemExit as exc:
-        lines = [l for l in err.getvalue().splitlines() if "error:" in l]
-        return {"ok": False, "type": "ArgumentError", "message": (lines[-1].split("error:", 1)[1].strip() if lines else f"argument parsing failed ({exc.code})"), "where": ""}
-    except BaseException as exc:
-        return {"ok": False, "type": type(exc).__name__, "message": str(exc), "where": where(exc)}
-    try:
-        if hasattr(sa, "resolve_once"):
-            sa.resolve_once()
-        if hasattr(sa, "check_server_args"):
-            sa.check_server_args()
-    except BaseException as exc:
-        return {"ok": False, "type": type(exc).__name__, "message": str(exc), "where": where(exc)}
-    view = sa
-    try:
-        from sglang.srt.arg_groups.overrides import resolving_view
-        view = resolving_view(sa)
-    except Exception:
-        pass
-    keys = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
-            "speculative_num_draft_tokens", "max_running_requests", "disable_overlap_schedule",
-            "attention_backend", "device")
-    return {"ok": True, "resolved": {k: getattr(view, k, None) for k in keys}}
-for argv in argvs:
-    res = attempt(argv)
-    if not res["ok"] and "No accelerator" in res["message"] and "--device" not in argv:
-        res = attempt(argv + ["--device", "cuda"])
-        res["device_added"] = True
-    print("EAGLE3_CHECK " + json.dumps(res, default=str), flush=True)
-"""
-
-
-def _server_args(argv: list[str]) -> list[str]:
-    """What follows ``-m <module>`` in a launch argv (the argv itself if it has no ``-m``)."""
-    return argv[argv.index("-m") + 2:] if "-m" in argv else list(argv)
-
-
-def sglang_check_many(argvs: list[list[str]], *, env: dict[str, str] | None = None,
-                      python: str | None = None, timeout: float = 300.0) -> list[dict]:
-    """SGLang's ``prepare_server_args`` + ``resolve_once`` + ``check_server_args`` (whichever the
-    release has) for each server argv, all in ONE child Python (imports cost 8-16 s).
-    Each result: ``{"ok": bool, "type", "message", "where", "resolved", "device_added"}``."""
-    child_env = dict(os.environ if env is None else env)
-    child_env.setdefault("HF_HUB_OFFLINE", "1")  # a typo'd path must not cost a network timeout
-    payload = json.dumps([_server_args(a) for a in argvs])
-    try:
-        proc = subprocess.run([python or sys.executable, "-c", _CHECKER], input=payload,
-                              capture_output=True, text=True, env=child_env, timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
-        raise UserError(f"SGLang's own argument check did not finish in {timeout:.0f} s", 1) from exc
-    results = [json.loads(ln[len("EAGLE3_CHECK "):]) for ln in proc.stdout.splitlines()
-               if ln.startswith("EAGLE3_CHECK ")]
-    if len(results) != len(argvs):
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise UserError(f"SGLang's own argument check could not run (exit {proc.returncode}): {tail}", 1)
-    return results
-
-
-def check_message(res: dict) -> str:
-    """One readable line for a failed SGLang check (bare asserts name the failing source line)."""
-    msg = (res.get("message") or "").strip().replace("\n", " ")
-    where = res.get("where") or ""
-    if not msg:
-        msg = f"failed at {where}" if where else "no message"
-    elif where:
-        msg = f"{msg} (at {where.split(': ', 1)[0]})"  # no [..]: rich would read it as markup
-    return f"SGLang rejects these arguments: {res.get('type', 'Error')}: {msg}"
-
-
-def run_sglang_checks(argv: list[str], *, env: dict[str, str] | None = None,
-                      python: str | None = None, timeout: float = 300.0) -> list[str]:
-    """SGLang's own checks for one launch argv; UserError(2) with one readable line on failure."""
-    res = sglang_check_many([argv], env=env, python=python, timeout=timeout)[0]
-    if not res["ok"] and res.get("type") in ("ModuleNotFoundError", "ImportError"):
-        # a broken SGLang environment, not a bad argument: say so, and how to go on without it
-        raise UserError(f"SGLang's own argument check could not import SGLang ({res.get('message')}); "
-                        "fix that environment, or pass --no-sglang-check to rely on our checks alone", 1)
-    if not res["ok"]:
-        raise UserError(check_message(res), 2)
-    notes = []
-    if res.get("device_added"):
-        notes.append("SGLang's own checks ran with --device cuda added (no accelerator on this machine)")
-    r = res.get("resolved") or {}
-    if r:
-        shown = ", ".join(f"{k}={v}" for k, v in r.items() if v is not None)
-        notes.append(f"SGLang's own checks passed; it resolves: {shown}")
     return notes

@@ -148,15 +148,14 @@ def _adaptive_config(table: policy.ScanTable, env: SGLangEnv) -> tuple[dict, lis
     """(config document, candidates, step 0 dropped) in the release's format: one tier, key 1,
     listing the table's candidates. The one place this module uses the adaptive-format helpers
     (the release's own loader decides the format and whether 0 is allowed)."""
-    from ..tune import adaptive
+    from . import adaptive_format
 
-    loader = adaptive.release_loader(env.package_dir)
+    loader = adaptive_format.release_loader(env.package_dir)
     cands = table.candidates
     dropped = 0 in cands and not loader.allows_zero
     if dropped:
         cands = [s for s in cands if s > 0]
-    tier = adaptive.TierChoice(batch_size=1, tok_s={}, best_steps=max(cands), candidates=cands)
-    return adaptive.config_for([tier], loader.format), cands, dropped
+    return adaptive_format.config_for_tiers({1: cands}, loader.format), cands, dropped
 
 
 def _write_config(out: Path, doc: dict) -> None:

@@ -143,13 +143,13 @@ def table_from_sweep(doc: dict[str, Any], predicted: bool = False
 def load_measurements(path: str | Path, predicted: bool = False
                       ) -> tuple[Table, dict[tuple[int, int], str], str]:
     """--from: a sweep folder or its results.json, or a scan folder or its scan.json."""
-    from ..measure.bench import read_json
-    from . import scan
+    from ..documents import scan_doc
+    from ..documents.jsonio import read_json
 
     p = Path(path)
-    if scan.is_scan(p):
-        doc = scan.load(p)
-        table = scan.table(doc)
+    if scan_doc.is_scan(p):
+        doc = scan_doc.load(p)
+        table = scan_doc.table(doc)
         if not table:
             raise UserError(f"--from {path}: the scan has no measured cell at its levels' batch sizes", 2)
         return table, {(bs, s): "measured" for bs, row in table.items() for s in row}, str(p)
@@ -170,7 +170,7 @@ def write(table: Table, out: str | Path, loader: ReleaseLoader,
           write_json: Callable[[str | Path, Any], None] | None = None
           ) -> tuple[list[TierChoice], dict[str, Any], dict[int, list[int]]]:
     """Choose, write, and read back with the release's own loader; returns what it read."""
-    from ..measure.bench import write_json as _wj
+    from ..documents.jsonio import write_json as _wj
 
     choices = choose(table, within_pct, allows_zero=loader.allows_zero)
     cfg = config_for(choices, loader.format)

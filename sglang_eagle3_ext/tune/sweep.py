@@ -21,8 +21,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..documents.jsonio import write_json
 from ..documents.records import SweepResults
-from ..measure.bench import BenchOptions, run_bench, run_ladder, write_json
+from ..measure.bench import BenchOptions, run_bench, run_ladder
 from ..runtime.errors import UserError
 from ..runtime.safeparse import json_loads, yaml_load
 
@@ -277,7 +278,7 @@ def _tail_of(srv: Any, exc: BaseException | None) -> list[str]:
 
 
 def profile_summary(path: Path, batch: int | None = None) -> dict[str, Any] | None:
-    """Cycle-weighted summary of a config's probe JSONL (profile_log.summarize), or None if absent.
+    """Cycle-weighted summary of a config's probe JSONL (accounting.summarize), or None if absent.
 
     ``batch``: the concurrency the config's main bench ran at. A ladder puts cycles of every batch
     size into one file, so the phases, accept length and tok/s the analysis reads become the steady
@@ -286,10 +287,11 @@ def profile_summary(path: Path, batch: int | None = None) -> dict[str, Any] | No
     ``all_batches``."""
     if not path.exists() or path.stat().st_size == 0:
         return None
-    from ..measure import profile_log
+    from ..documents import prof_records
+    from ..measure import accounting
 
     try:
-        s = profile_log.summarize(profile_log.load(path))
+        s = accounting.summarize(prof_records.load(path))
     except UserError as exc:
         return {"error": str(exc)}
     bb = (s.get("by_batch") or {}).get(str(batch)) if batch else None
@@ -440,7 +442,7 @@ def _stop(srv: Any) -> None:
 
 def _cycle_ms(rec: dict[str, Any]) -> float | None:
     """The profile summary's mean cycle: steady-state cycles when the records have the split
-    (profile_log.summarize basis "steady", at the bench's batch size when the records split it), else all cycles (said in the analysis notes)."""
+    (accounting.summarize basis "steady", at the bench's batch size when the records split it), else all cycles (said in the analysis notes)."""
     p = rec.get("profile") or {}
     return ((p.get("phases") or {}).get("cycle") or {}).get("mean_ms")
 

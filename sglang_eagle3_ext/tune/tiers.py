@@ -46,7 +46,7 @@ PHASES = ALL_PHASES  # draft, verify, extend, other, cycle (probes/window.py)
 def read_records(path: str | Path) -> list[dict[str, Any]]:
     """Window records of a probe JSONL (lines that are not valid records are skipped: a NaN or a
     word where a count belongs must not reach the fits; ``profile`` names such lines)."""
-    from ..measure.profile_log import _check_values
+    from ..documents.prof_records import _check_values
 
     out = []
     p = Path(path)
@@ -71,10 +71,10 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
 
 
 def by_batch(records: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
-    """Steady figures per batch size, aggregated over windows (profile_log.by_batch_summary)."""
-    from ..measure import profile_log
+    """Steady figures per batch size, aggregated over windows (accounting.by_batch_summary)."""
+    from ..measure import accounting
 
-    return profile_log.by_batch_summary(records)
+    return accounting.by_batch_summary(records)
 
 
 # ------------------------------------------------------------------ fits

@@ -307,7 +307,7 @@ def counter_check(sv: server.Server, path: Path, conc: int = 8, max_tokens: int 
 
 
 def _counter_check(sv: server.Server, path: Path, conc: int, max_tokens: int) -> None:
-    from sglang_eagle3_ext.measure import bench
+    from sglang_eagle3_ext.measure import chat_client
     from sglang_eagle3_ext.runtime.probes import tree as ptree
     from sglang_eagle3_ext.tune.tiers import read_records
 
@@ -319,7 +319,7 @@ def _counter_check(sv: server.Server, path: Path, conc: int, max_tokens: int) ->
 
     def counters() -> dict[str, float]:
         with urllib.request.urlopen(sv.url + "/metrics", timeout=10) as r:
-            return bench.parse_counters(r.read().decode())
+            return chat_client.parse_counters(r.read().decode())
 
     _flush_probes(pids)
     n0, c0 = len(read_records(rec_path)), counters()
@@ -329,8 +329,8 @@ def _counter_check(sv: server.Server, path: Path, conc: int, max_tokens: int) ->
     time.sleep(0.5)
     _flush_probes(pids)
     recs, c1 = read_records(rec_path)[n0:], counters()
-    gen = c1.get(bench._COUNTER_GEN, 0) - c0.get(bench._COUNTER_GEN, 0)
-    ver = c1.get(bench._COUNTER_VERIFY, 0) - c0.get(bench._COUNTER_VERIFY, 0)
+    gen = c1.get(chat_client._COUNTER_GEN, 0) - c0.get(chat_client._COUNTER_GEN, 0)
+    ver = c1.get(chat_client._COUNTER_VERIFY, 0) - c0.get(chat_client._COUNTER_VERIFY, 0)
     tok = sum(r.get("tokens", 0) or 0 for r in recs)
     pver = sum(r.get("requests", 0) or 0 for r in recs)  # request-verifies (probes/window.py)
     tr = ptree.merge([r.get("tree") for r in recs if r.get("tree")])

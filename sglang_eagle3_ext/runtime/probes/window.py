@@ -33,7 +33,7 @@ TIMED = ("draft", "verify", "extend")  # what phase_begin/phase_end bracket (pat
 PHASES = (*TIMED, "other")  # other = cycle minus the timed phases
 CYCLE = "cycle"
 ALL_PHASES = (*PHASES, CYCLE)  # the keys of a record's "phases"
-LABELS = {  # the EAGLE3_PROF block's labels (profile_log parses them back)
+LABELS = {  # the EAGLE3_PROF block's labels (documents/prof_blocks.py parses them back)
     "draft": "Draft steps",
     "verify": "Target verify",
     "extend": "Draft re-extend",

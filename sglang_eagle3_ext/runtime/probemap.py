@@ -1,4 +1,8 @@
-"""Patch specs: the data in ``patches/*.yaml``, loaded, validated and selected for one SGLang tree.
+"""The probe map: the patch specs in ``patches/*.yaml``, loaded, validated and selected for one
+SGLang tree. Both routes read it: the source patcher (``patcher/``) inserts at its anchors, the
+plugin (``runtime/plugin/hookplan.py``) compiles the same entries to hook targets. Stdlib at module
+level (PyYAML only inside ``load_specs``), because the plugin loads it inside SGLang's processes.
+
 
 A spec names *where* to insert (file, class, method, anchor calls) and *what* (a statement
 template); the engine in ``transform.py`` knows only a handful of generic insertion kinds.
@@ -12,12 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from ..runtime.errors import UserError
-from ..runtime.resources import data_dir
-from ..runtime.safeparse import yaml_load
-from ..runtime.sglang_env import SGLangEnv, parse_version
+from .errors import UserError
+from .resources import data_dir
+from .safeparse import yaml_load
+from .sglang_env import SGLangEnv, parse_version
 
 KINDS = ("decode-probes", "method-entry", "after-assign")
 DOC_KEYS = ("why", "how", "upstream", "removal")
@@ -131,6 +133,8 @@ def _parse_patch(d: dict[str, Any], source: str, default_family: Any) -> Patch:
 
 def load_specs(directory: Path | None = None) -> list[Patch]:
     """Every patch of every ``*.yaml`` in ``directory`` (default: the package's ``patches/``)."""
+    import yaml  # here, not at module level: this module runs inside SGLang's processes
+
     directory = directory or PATCHES_DIR
     files = sorted(directory.glob("*.yaml"))
     if not files:

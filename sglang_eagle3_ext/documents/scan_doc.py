@@ -1,0 +1,192 @@
+"""The scan result (eagle3_scan/1, scan.json): read and checked, and the figures every reader takes from it (main cells, best static count per batch size, the steps table, the client twin)."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+from ..runtime.errors import UserError
+
+SCHEMA = "eagle3_scan/1"
+STEP0_LABEL = "step 0 (SGLang, not plain decoding)"
+PLAIN_LABEL = "plain server (no speculation)"
+
+
+def client_aggregate(bench_doc: dict[str, Any]) -> dict[str, Any] | None:
+    """The client's aggregate over a level's counted requests (warm-up runs left out): decode
+    tokens / decode seconds, both summed over requests (bench.py RequestRecord: completion tokens
+    after the first chunk, last token - first token). The like-for-like twin of the probes'
+    aggregate; the mean of per-request rates is not, when requests ran under different step counts."""
+    tok = 0
+    sec = 0.0
+    n = 0
+    for run in bench_doc.get("runs") or []:
+        for q in run.get("requests") or []:
+            if q.get("error") or q.get("decode_tok_s") is None:
+                continue
+            t0, t1 = q.get("ttft_s"), q.get("last_token_s")
+            after = int(q.get("completion_tokens") or 0) - int(q.get("first_chunk_tokens") or 1)
+            if t0 is None or t1 is None or after <= 0 or not t1 > t0:
+                continue
+            tok += after
+            sec += float(t1) - float(t0)
+            n += 1
+    if not n:
+        return None
+    return {"per_stream_tok_s": round(tok / sec, 2), "decode_tokens": tok, "decode_s": round(sec, 4), "requests": n,
+            "basis": "decode tokens / decode seconds summed over the level's requests (every cycle they were in: "
+                     "all step counts of the schedule, boundary cycles and the gaps between cycles)"}
+
+
+def probe_aggregate(cells: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The probes' aggregate over a level's steady cycles, every key (all step counts, drain batch
+    sizes too): tokens / request-milliseconds, i.e. sum tokens x 1000 / sum (batch size x cycle ms)
+    -- the same quantity as client_aggregate, measured inside the server."""
+    tok = sum(c.get("tokens") or 0 for c in cells)
+    req_ms = sum(c["bs"] * c["cycles"] * (c.get("cycle_ms") or 0.0) for c in cells)
+    if not (tok and req_ms):
+        return None
+    return {"per_stream_tok_s": round(tok * 1000.0 / req_ms, 2), "tokens": tok, "request_ms": round(req_ms, 2),
+            "cycles": sum(c["cycles"] for c in cells),
+            "steps_mix": {str(s): sum(c["cycles"] for c in cells if c["steps"] == s)
+                          for s in sorted({c["steps"] for c in cells})},
+            "basis": "tokens x 1000 / sum of batch size x cycle ms over the level's steady cycles (boundary "
+                     "cycles left out)"}
+
+
+def twin(doc: dict[str, Any], level: int) -> dict[str, Any] | None:
+    """One level's outside twin, like for like: the client's aggregate against the probes'
+    aggregate over the same level; the client's mean / median of per-request rates beside them."""
+    cl = (doc.get("client") or {}).get(str(level)) or {}
+    agg = cl.get("aggregate")
+    pa = probe_aggregate([c for c in doc.get("cells", []) if c["level"] == level])
+    if not (agg or pa or cl):
+        return None
+    diff = (round((pa["per_stream_tok_s"] / agg["per_stream_tok_s"] - 1) * 100, 2)
+            if agg and pa and agg.get("per_stream_tok_s") else None)
+    return {"level": level, "client_aggregate": agg, "probes": pa, "probes_vs_client_pct": diff,
+            "client_mean": cl.get("per_stream_tok_s"), "client_median": cl.get("per_stream_tok_s_median"),
+            "throughput_tok_s": cl.get("throughput_tok_s"), "accept_length": cl.get("accept_length"),
+            "accept_source": cl.get("accept_source")}
+
+
+def backfill_client(doc: dict[str, Any], folder: Path) -> None:
+    """Scan results written before the client aggregate existed: compute it from the ladder.json
+    beside scan.json (its per-request data), saying so."""
+    missing = [k for k, v in (doc.get("client") or {}).items() if isinstance(v, dict) and "aggregate" not in v]
+    lad_path = folder / "ladder.json"
+    if not missing or not lad_path.is_file():
+        return
+    try:
+        lad = json.loads(lad_path.read_text())
+        levels = {str(lv["concurrency"]): lv["bench"] for lv in lad.get("levels") or []}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return
+    for k in missing:
+        if k in levels:
+            agg = client_aggregate(levels[k])
+            if agg:
+                agg["source"] = str(lad_path)
+            doc["client"][k]["aggregate"] = agg
+
+
+def main_cells(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The cells measured at the batch size their level aimed at (the drain batch sizes of a level,
+    when requests finish one by one, stay in ``cells`` but are not compared)."""
+    return [c for c in doc.get("cells", []) if c["bs"] == c["level"]]
+
+
+def best_static(doc: dict[str, Any]) -> dict[str, Any]:
+    """The best static step count per batch size (per-stream tok/s) and overall (the best summed
+    over the levels' batch sizes, each level weighted alike by its per-stream rate)."""
+    base = doc.get("baseline") or {}
+    best: dict[str, Any] = {}
+    by_bs: dict[int, list[dict[str, Any]]] = {}
+    for c in main_cells(doc):
+        if c["per_stream_tok_s"]:
+            by_bs.setdefault(c["bs"], []).append(c)
+    for bs, cs in sorted(by_bs.items()):
+        b = max(cs, key=lambda c: (c["per_stream_tok_s"], -c["steps"]))
+        ref = (base.get(str(bs)) or {}).get("per_stream_tok_s")
+        best[str(bs)] = {"steps": b["steps"], "per_stream_tok_s": b["per_stream_tok_s"],
+                         "throughput_tok_s": b["throughput_tok_s"],
+                         "vs_baseline": round((b["per_stream_tok_s"] / ref - 1) * 100, 2) if ref else None}
+    if by_bs:
+        steps = set.intersection(*({c["steps"] for c in cs} for cs in by_bs.values()))
+        if steps:
+            def score(s: int) -> float:  # geometric mean of per-stream rate relative to each level's best
+                rel = [next(c["per_stream_tok_s"] for c in cs if c["steps"] == s) / max(c["per_stream_tok_s"] for c in cs)
+                       for cs in by_bs.values()]
+                return math.exp(statistics.fmean(math.log(r) for r in rel))
+            s = max(sorted(steps), key=score)
+            best["overall"] = {"steps": s, "relative_to_best": round(score(s), 4),
+                               "basis": "the one step count with the highest geometric mean of its per-stream "
+                                        "tok/s relative to each batch size's best"}
+    return best
+
+
+def table(doc: dict[str, Any]) -> dict[int, dict[int, float]]:
+    """{batch size: {steps: per-stream tok/s}} of the main cells (adaptive.choose's input)."""
+    t: dict[int, dict[int, float]] = {}
+    for c in main_cells(doc):
+        if c["per_stream_tok_s"]:
+            t.setdefault(c["bs"], {})[c["steps"]] = c["per_stream_tok_s"]
+    return t
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    """The per-key cells at each level's batch size as one Markdown table (table.md)."""
+    base = doc.get("baseline") or {}
+    head = ("batch size", "steps", "cycles / blocks", "cycle ms", "accept len", "accept by position",
+            "tok/s per stream [95% over blocks]", "tok/s total", "vs plain")
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join([":-:"] * len(head)) + "|"]
+    for c in sorted(main_cells(doc), key=lambda c: (c["bs"], c["steps"])):
+        iv = (c.get("interval") or {}).get("per_stream_tok_s")
+        ref = (base.get(str(c["bs"])) or {}).get("per_stream_tok_s")
+        vs = f"{(c['per_stream_tok_s'] / ref - 1) * 100:+.1f}%" if (ref and c["per_stream_tok_s"]) else "-"
+        lines.append("| " + " | ".join([
+            str(c["bs"]), STEP0_LABEL if c["steps"] == 0 else str(c["steps"]), f"{c['cycles']} / {c['blocks']}",
+            f"{c['cycle_ms']:.2f}" if c["cycle_ms"] else "-", f"{c['accept_len']:.2f}" if c["accept_len"] else "-",
+            " ".join("-" if r is None else f"{r:.2f}" for r in c["per_position"]) or "-",
+            (f"{c['per_stream_tok_s']:.1f}" if c["per_stream_tok_s"] else "-") + (f" [{iv[0]:.1f}, {iv[1]:.1f}]" if iv else ""),
+            f"{c['throughput_tok_s']:.1f}" if c["throughput_tok_s"] else "-", vs]) + " |")
+    for k, v in sorted(base.items(), key=lambda kv: int(kv[0])):
+        lines.append(f"| {k} | {PLAIN_LABEL} | client | - | - | - | {v['per_stream_tok_s']:.1f} | "
+                     f"{v['throughput_tok_s']:.1f} | — |")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ reading a result
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    """A scan result (a scan folder or its scan.json), checked through records.ScanResult."""
+    from ..documents.records import ScanResult
+    from .jsonio import read_json
+
+    p = Path(path)
+    f = p / "scan.json" if p.is_dir() else p
+    if not f.exists():
+        raise UserError(f"{path}: no such file (a scan folder or its scan.json)", exit_code=2)
+    data = read_json(f)
+    ScanResult.from_json(data, str(f))
+    for i, c in enumerate(data["cells"]):
+        if not isinstance(c, dict) or not all(isinstance(c.get(k), int) for k in ("steps", "bs", "level")):
+            raise UserError(f"{f}: cells[{i}] needs integer steps, bs and level", exit_code=2)
+    backfill_client(data, f.parent)
+    return data
+
+
+def is_scan(path: str | Path) -> bool:
+    p = Path(path)
+    f = p / "scan.json" if p.is_dir() else p
+    if not f.is_file():
+        return False
+    try:
+        head = f.read_text(encoding="utf-8", errors="replace")[:4000]
+    except OSError:
+        return False
+    return '"eagle3_scan/' in head

@@ -1,0 +1,145 @@
+"""SGLang plugin (entry point group ``sglang.srt.plugins``, SGLang 0.5.11+): phase hooks feeding
+``probes``, the aux-layer override and the NCCL preset, in every SGLang process.
+
+Inert unless asked: with none of ``EAGLE3_PROFILE=1``, ``SGLANG_EAGLE3_NCCL``,
+``SGLANG_EAGLE3_AUX_LAYERS`` set, ``register()`` returns at once (no hook, no env change).
+
+Probe hook targets are compiled from the same ``patches/*.yaml`` entries the source patcher
+selects for the installed tree (one probe map for both routes), and each is checked in that
+release's source (stdlib ``ast``, no import): a release that lacks a method gets no hook for it,
+and says so. SGLang's
+``HookRegistry`` only logs a target it cannot resolve, so after SGLang applies the hooks we check
+each one we asked for and name every one that is missing (see ``_verify``). docs/plugin.md.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from .. import nccl, stepctl
+from ..sglang_env import locate
+from . import hookplan, procstate
+from .apply_check import _schedule_verify
+from .hookplan import Hook
+from .procstate import ENV_AUX, ENV_NCCL, _probes, logger
+from .wrappers import _make_hook
+
+# SGLang process entry functions -> role; register() walks its caller frames (innermost first).
+_ROLE_BY_FUNC = {
+    "run_scheduler_process": "scheduler",
+    "run_detokenizer_process": "detokenizer",
+    "run_data_parallel_controller_process": "dp-controller",
+}
+_ROLE_BY_FILE = {"sglang/launch_server.py": "launcher", "sglang/cli/serve.py": "launcher"}
+# Processes that never run a model worker: no hooks there (importing the targets costs seconds).
+_NO_HOOK_ROLES = ("detokenizer", "dp-controller", "launcher")
+
+
+def _process_role() -> str:
+    f = sys._getframe(1)
+    while f is not None:
+        role = _ROLE_BY_FUNC.get(f.f_code.co_name)
+        if role:
+            return role
+        fname = f.f_code.co_filename.replace(os.sep, "/")
+        for suffix, r in _ROLE_BY_FILE.items():
+            if fname.endswith(suffix):
+                return r
+        f = f.f_back
+    return "other"
+
+
+def register() -> None:
+    """Entry point SGLang's ``load_plugins()`` calls in every process. Never raises: a plugin error
+    must not take a server down (SGLang would only log it), so we log it ourselves, loudly."""
+    sw = hookplan.switches()
+    if not (sw["profile"] or sw["nccl"] or sw["aux_layers"] or sw["step_control"]):
+        return
+    from ..errors import UserError
+
+    try:
+        _register(sw)
+    except (UserError, SyntaxError, UnicodeDecodeError, OSError) as exc:
+        # the installed SGLang is the problem (a worker that does not compile, an unreadable
+        # file): one line that says so; a traceback would only point at our planner
+        why = f"{exc.msg} in {exc.filename}, line {exc.lineno}" if isinstance(exc, SyntaxError) else str(exc)
+        logger.warning("not registered (%s); this process runs without the plugin", why)
+    except Exception:  # noqa: BLE001 - see docstring; anything else is our bug: say where
+        logger.exception("registration failed; this process runs without the plugin")
+
+
+def _register(sw: dict[str, Any]) -> None:
+    if procstate._S.role:  # load_plugins() is idempotent per process; a second manual call must be too
+        return
+    procstate._S.role = _process_role()
+    if sw["nccl"]:
+        _apply_nccl(sw["nccl"])
+    if procstate._S.role in _NO_HOOK_ROLES:
+        return
+    if sw["profile"] and procstate._S.role == "scheduler":  # families on /metrics from startup (docs/metrics.md)
+        from ..probes import metrics
+
+        metrics.register_families()
+    env = locate()
+    profile = sw["profile"]
+    if profile:
+        patched = hookplan.patched_files(env)
+        if patched:
+            profile = False
+            procstate._S.route = "source-patch"
+            _note(f"source patch present ({', '.join(Path(p).name for p in patched)}): it records the "
+                  "probes; plugin phase hooks stay off (one route only)")
+    aux = bool(sw["aux_layers"])
+    if aux:  # the one aux-layer parser; a bad value is logged once here, not at model load
+        from ..errors import UserError
+        from ..layers import parse_layers
+
+        try:
+            parse_layers(sw["aux_layers"])
+        except UserError as exc:
+            logger.error("%s=%s: %s; the aux-layer hook stays off", ENV_AUX, sw["aux_layers"], exc)
+            aux = False
+    step_control, refuse = stepctl.requested()
+    plan = hookplan.plan_hooks(env, profile=profile, aux=aux, nccl_preset=bool(sw["nccl"]),
+                      step_control=step_control, refuse=refuse)
+    for problem in plan.problems:
+        logger.error(problem)
+    if not plan.hooks:
+        return
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    for hook in plan.hooks:
+        HookRegistry.register(hook.target, _make_hook(hook), HookType.AROUND)
+        procstate._S.registered.append(hook)
+    if any(h.role == "cycle" for h in plan.hooks):
+        procstate._S.route = "plugin"
+        _probes().set_spec_config(route="plugin")
+        from ..probes import tree  # additive: tree-aware probes (issue 24), stdlib-only module
+
+        for target in tree.register_hooks(HookRegistry, HookType, env.package_dir, note=_note):
+            procstate._S.registered.append(Hook("tree", "tree", target))  # in our own applied-check
+    _schedule_verify(HookRegistry)
+    logger.info("registered %d hook(s) in SGLang %s (%s process): %s", len(plan.hooks), env.version,
+                procstate._S.role, ", ".join(f"{h.role}={h.target.rsplit('.', 2)[-2]}.{h.target.rsplit('.', 1)[-1]}" for h in plan.hooks))
+
+
+def _note(msg: str) -> None:
+    procstate._S.notes.append(msg)
+    logger.info(msg)
+
+
+def _apply_nccl(name: str) -> None:
+    from ..errors import UserError
+
+    try:
+        report = nccl.apply_preset(name)
+    except UserError as exc:
+        logger.error("%s=%s: %s; NCCL env left unchanged", ENV_NCCL, name, exc)
+        procstate._S.nccl = {"preset": name, "error": str(exc)}
+        return
+    procstate._S.nccl = report.to_dict()
+    for line in report.lines():
+        logger.info(line)
