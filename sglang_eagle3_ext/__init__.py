@@ -1,11 +1,10 @@
 """sglang-eagle3-ext: make EAGLE-3 speculative decoding in SGLang measurable and tunable.
 
-``runtime/`` is what SGLang's processes import (stdlib only at module level); everything else
-here is the workbench. The names from before that split stay importable (``_aliases``).
+One folder per role (docs/architecture.md): ``runtime/`` is what SGLang's processes import
+(stdlib only at module level); ``documents/`` the files passed between stages; ``serve/``,
+``measure/``, ``tune/``, ``tiny/``, ``patcher/`` the workbench; ``commands/`` the CLI. The three
+names from before ``runtime/`` existed (``probes``, ``layers``, ``plugin``) stay importable
+(``_aliases``).
 """
 
-from . import _aliases
-
 __version__ = "0.1.0"
-
-_aliases.install()

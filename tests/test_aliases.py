@@ -50,8 +50,7 @@ print(json.dumps({"same": same, "twice": sorted({f for f in files if files.count
 
 
 def test_old_names_are_the_runtime_modules_in_a_fresh_interpreter():
-    names = ["probes", *(f"probes.{s}" for s in PROBE_SUBMODULES), "plugin", "layers", "settings",
-             "stepctl", "errors"]
+    names = ["probes", *(f"probes.{s}" for s in PROBE_SUBMODULES), "plugin", "plugin.hookplan", "layers"]
     proc = subprocess.run([sys.executable, "-c", _FRESH, ",".join(names)], capture_output=True,
                           text=True, timeout=60, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -66,7 +65,6 @@ def test_old_names_after_the_new_ones_in_this_process():
     import sglang_eagle3_ext.layers as old_layers
     import sglang_eagle3_ext.plugin as old_plugin
     import sglang_eagle3_ext.probes as a
-
     import sglang_eagle3_ext.runtime.probes as b
 
     assert a is b is probes and old_plugin is plugin and old_layers is layers
@@ -77,8 +75,34 @@ def test_old_names_after_the_new_ones_in_this_process():
     assert override_layer_ids is layers.override_layer_ids
 
 
+_SGLANG_PROCESS = """
+import importlib, json, sys
+import sglang_eagle3_ext.runtime.plugin as p  # what SGLang's load_plugins imports, new entry point
+p.register()
+def finder():
+    return any(type(f).__name__ == "AliasFinder" for f in sys.meta_path)
+before = finder()
+import sglang_eagle3_ext.probes  # a tree patched before the move asks for the old name
+after = finder()
+missing = importlib.util.find_spec("sglang_eagle3_ext.probes.no_such_module")
+print(json.dumps({"before": before, "after": after, "missing": missing is None}))
+"""
+
+
+def test_the_finder_is_installed_only_where_an_old_name_is_asked_for():
+    """A process that loads the plugin by its new entry point never consults the alias finder on
+    its imports; the first import of an old name installs it; it does not answer for modules
+    that do not exist (issue 34.12: find_spec returned a spec for any name under an old one)."""
+    proc = subprocess.run([sys.executable, "-c", _SGLANG_PROCESS], capture_output=True, text=True,
+                          timeout=60, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"before": False, "after": True,
+                                                                "missing": True}
+
+
 def test_names_that_did_not_move_are_not_aliased():
     assert _aliases.new_name("sglang_eagle3_ext.cli") is None
+    assert _aliases.new_name("sglang_eagle3_ext.settings") is None  # internal: no outside caller
     assert _aliases.new_name("sglang_eagle3_ext.runtime.probes") is None
     assert _aliases.new_name("sglang_eagle3_ext.probes.tree") == "sglang_eagle3_ext.runtime.probes.tree"
     with pytest.raises(ModuleNotFoundError):

@@ -329,7 +329,8 @@ def test_launch_policy_argv_env_and_config(version, cands, models, capsys):
     # the committed scan measured 0.5.16 with another target: said, not refused
     assert ("the scan measured SGLang 0.5.16" in cap.err) == (version != "0.5.16")
     # 5 steps is the table's fastest at every batch size and its largest: a larger count may win
-    assert "at every batch size it measured the scan's fastest step count is its largest (5)" in cap.err
+    assert ("the scan's fastest step count per batch size: 5 at batch 1, 5 at batch 8, 5 at batch 32; "
+            "at batch size 1, 8, 32 that is its largest candidate (5)") in " ".join(cap.err.split())
 
 
 def test_launch_policy_reach_note_only_at_the_edge(models, capsys):
@@ -337,7 +338,20 @@ def test_launch_policy_reach_note_only_at_the_edge(models, capsys):
     moe = Path(__file__).resolve().parents[1] / "docs/data/h200-2026-12-02-r5/moe2/scan-moe/scan.json"
     assert _launch(models, "0.5.23", scan=str(moe)) == 0
     err = capsys.readouterr().err
-    assert "policy: " in err and "fastest step count is its largest" not in err
+    assert "policy: " in err and "fastest step count" not in err
+
+
+def test_launch_policy_reach_note_says_what_the_table_says_per_batch_size(models, capsys, tmp_path):
+    """Issue 33: the note said "at every batch size" where batch 1's fastest was 4 of 5 steps."""
+    doc = json.loads(Path(models["scan"]).read_text())
+    for c in doc["cells"]:
+        if c["bs"] == 1 and c["steps"] == 4:
+            c["cycle_ms"] = c["cycle_ms"] / 1.5  # 4 steps now fastest at batch 1 only
+    scan = tmp_path / "scan.json"
+    scan.write_text(json.dumps(doc))
+    assert _launch(models, "0.5.23", scan=str(scan)) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "per batch size: 4 at batch 1, 5 at batch 8, 5 at batch 32; at batch size 8, 32 that is" in err
 
 
 @pytest.mark.parametrize("version,more,needle", [

@@ -132,9 +132,20 @@ def table(doc: dict[str, Any]) -> dict[int, dict[int, float]]:
     """{batch size: {steps: per-stream tok/s}} of the main cells (adaptive.choose's input)."""
     t: dict[int, dict[int, float]] = {}
     for c in main_cells(doc):
-        if c["per_stream_tok_s"]:
-            t.setdefault(c["bs"], {})[c["steps"]] = c["per_stream_tok_s"]
+        rate = cell_rate(c)
+        if rate:
+            t.setdefault(c["bs"], {})[c["steps"]] = rate
     return t
+
+
+def cell_rate(c: dict[str, Any]) -> float | None:
+    """A cell's per-stream tok/s; from its accept length and cycle ms (the same quantity by its
+    definition) in trimmed scan files that keep only what the policy reads."""
+    rate = c.get("per_stream_tok_s")
+    if rate:
+        return rate
+    al, ms = c.get("accept_len"), c.get("cycle_ms")
+    return al * 1000.0 / ms if al and ms else None
 
 
 def markdown(doc: dict[str, Any]) -> str:

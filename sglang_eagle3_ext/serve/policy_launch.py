@@ -106,22 +106,31 @@ def apply_policy(cfg: LaunchConfig, env: SGLangEnv, extra: dict[str, str | bool]
     if dropped:
         notes.append(f"policy: step 0 left out: SGLang {env.version}'s adaptive loader wants positive steps")
     notes += _mismatch_notes(scan, cfg, env)
-    notes += _reach_notes(table, cands)
+    notes += _reach_notes(scan, cands)
     return notes
 
 
-def _reach_notes(table: policy.ScanTable, cands: list[int]) -> list[str]:
-    """The policy never runs a step count the scan did not measure: where the table's best is
-    its largest candidate, a larger one may be faster still (say so; the H200 8B table is like
-    that at every batch size, docs/adaptive.md)."""
+def _reach_notes(scan: Path, cands: list[int]) -> list[str]:
+    """The policy never runs a step count the scan did not measure: where a batch size's fastest
+    measured step count is the largest candidate, a larger one may be faster still. Read per batch
+    size from the scan's own cells (scan_doc.table: the per-stream tok/s the scan printed), so the
+    note says what the table says (issue 33: it once said "every batch size" where batch 1's best
+    was 4 of 5)."""
+    from ..documents import scan_doc
+
+    try:
+        table = scan_doc.table(scan_doc.load(scan))
+    except UserError:
+        return []
     top = max(cands)
-    sizes = sorted({b for s in cands for b, _ in table.points.get(s, [])})
-    edge = [b for b in sizes if max(cands, key=lambda s: table.table_rate(s, b) or 0.0) == top]
+    best = {bs: max(row, key=lambda s: (row[s], -s)) for bs, row in sorted(table.items()) if row}
+    edge = [bs for bs, s in best.items() if s == top]
     if not edge:
         return []
-    where = "every batch size it measured" if edge == sizes else "batch size " + ", ".join(map(str, edge))
-    return [f"policy: at {where} the scan's fastest step count is its largest ({top}); the policy only "
-            f"chooses among measured step counts, so a larger one may be faster still: scan "
+    per_bs = ", ".join(f"{s} at batch {bs}" for bs, s in best.items())
+    return [f"policy: the scan's fastest step count per batch size: {per_bs}; at batch size "
+            f"{', '.join(map(str, edge))} that is its largest candidate ({top}), and the policy only "
+            f"chooses among measured step counts, so a larger one may be faster still there: scan "
             f"--steps 0-{top + 2} to let it choose them (SGLang's default tiers go up to 7)"]
 
 
