@@ -207,3 +207,82 @@ def test_34_5_launch_policy_hostile_files_one_line(tmp_path, capsys, monkeypatch
             err = capsys.readouterr().err
         assert rc == 2 and "a bug" not in err and len(err.strip().splitlines()) == 1, (name, err)
         assert "no such file" not in err or name in ("dangling", "folder"), (name, err)  # the reason
+
+
+# ------------------------------------------------------------------ case 6: scan.json readers
+
+SCAN = REPO / "docs/data/h200-2026-12-02-r8/moe5/scan-moe/scan.json"
+
+
+def _scan_mutants() -> list[tuple[str, bytes]]:
+    """The issue's named edits of a real scan.json, then seeded structural ones."""
+    import random
+
+    from test_fuzz_inputs import _mutate_tree
+
+    doc = json.loads(SCAN.read_text())
+
+    def edit(f):
+        d = copy.deepcopy(doc)
+        f(d)
+        return json.dumps(d).encode()
+
+    named = [
+        ("cycle_ms-text", edit(lambda d: d["cells"][0].update(cycle_ms="2.0"))),
+        ("tok_s-text", edit(lambda d: d["cells"][0].update(per_stream_tok_s="x"))),
+        ("no-level", edit(lambda d: [c.pop("level") for c in d["cells"]])),
+        ("adaptive-tiers-5", edit(lambda d: d.update(adaptive={"tiers": 5}))),
+        ("tok_s-infinity", json.dumps(doc).replace('"per_stream_tok_s": 235.28', '"per_stream_tok_s": Infinity', 1).encode()),
+        ("steps-400-digits", json.dumps(doc).replace('"steps": 3', '"steps": ' + BIG, 1).encode()),
+        ("baseline-text", edit(lambda d: d.update(baseline={"1": {"per_stream_tok_s": "x", "throughput_tok_s": 1}}))),
+        ("best-number", edit(lambda d: d.update(best={"1": 5}))),
+        ("memory-text", edit(lambda d: d["memory"].update(measured={"total_gib": "x"}))),
+        ("client-null-agg", edit(lambda d: d["client"]["1"].update(aggregate={"per_stream_tok_s": None}))),
+        ("levels-text", edit(lambda d: d.update(levels="1,8"))),
+        ("cells-list-of-int", edit(lambda d: d.update(cells=[1, 2]))),
+        ("per_position-long", edit(lambda d: d["cells"][0].update(per_position=[0.5] * 9))),
+        ("deep", b"[" * 100_000 + b"]" * 100_000),
+    ]
+    rng = random.Random(34)
+    return named + [(f"mutant-{i}", json.dumps(_mutate_tree(rng, doc)).encode()) for i in range(20)]
+
+
+def _scan_readers(folder: Path, tmp: Path) -> list[list[str]]:
+    from sglang_eagle3_ext.serve import releases
+
+    root = str(releases.fetch("0.5.23"))
+    return [["sweep", "--report", str(folder)], ["compare", str(folder), "--json"],
+            ["adaptive", "write", "--from", str(folder), "--out", str(tmp / "a.json"), "--sglang-root", root]]
+
+
+def test_34_6_scan_json_readers_one_line(tmp_path, capsys):
+    """Edited scan.json through sweep --report, compare and adaptive write --from: each reads it
+    or refuses with one line (exit 2); never "a bug" (was 27 / 6 / 6 of 103 mutants), and an
+    Infinity tok/s is refused, not chosen."""
+    folder = tmp_path / "scan"
+    folder.mkdir()
+    for name, data in _scan_mutants():
+        (folder / "scan.json").write_bytes(data)
+        for argv in _scan_readers(folder, tmp_path):
+            rc = cli.main(argv)
+            c = capsys.readouterr()
+            assert "a bug" not in c.err and "Traceback" not in c.err, (name, argv[0], c.err)
+            if rc:
+                lines = [x for x in c.err.splitlines() if x.strip()]
+                assert rc == 2 and len(lines) == 1 and lines[0].startswith("error:"), (name, argv[0], c.err)
+            elif not name.startswith("mutant"):
+                pytest.fail(f"{name}: {argv[0]} accepted it\n{c.out[-500:]}")
+
+
+def test_34_6_scan_json_special_files(tmp_path):
+    """A scan.json that is a FIFO, /dev/zero or 1 GiB: refused by every reader before a read."""
+    for name, p in hostile_files(tmp_path).items():
+        if name in ("folder", "dangling"):
+            continue
+        folder = tmp_path / f"scan-{name}"
+        folder.mkdir()
+        (folder / "scan.json").symlink_to(p)
+        for argv in _scan_readers(folder, tmp_path):
+            r = child(f"import sys\nfrom sglang_eagle3_ext import cli\nsys.exit(cli.main({argv!r}))\n")
+            lines = [x for x in r.stderr.splitlines() if x.strip()]
+            assert r.returncode == 2 and len(lines) == 1 and NEEDLES[name] in lines[0], (name, argv[0], r.stderr)

@@ -176,9 +176,8 @@ def _scan_ladders(data: Any, origin: str) -> list[dict[str, Any]]:
     if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("eagle3_scan/"):
         return []
     from ..documents import scan_doc
-    from ..documents.records import ScanResult
 
-    ScanResult.from_json(data, origin)
+    scan_doc.check(data, origin)  # the scan reader's typed check (every scan reader refuses alike)
     out = []
     for s in sorted({c["steps"] for c in scan_doc.main_cells(data)}):
         levels = [{"concurrency": c["level"], "summary": {
@@ -199,7 +198,8 @@ def _scan_ladders(data: Any, origin: str) -> list[dict[str, Any]]:
 
 def _scan_path(p: str) -> str:
     q = Path(p)
-    return str(q / "scan.json") if q.is_dir() and (q / "scan.json").is_file() else p
+    f = q / "scan.json"
+    return str(f) if q.is_dir() and (f.exists() or f.is_symlink()) else p  # the reader says what it is
 
 
 def is_ladder_set(paths: list[str]) -> bool:
