@@ -5,9 +5,10 @@ TypeError or OverflowError later in a table or a sum.
 
 A shape is one of
 - a kind name: ``count`` (whole number 0 <= n < 2**53), ``amount`` (finite number >= 0, below
-  2**53), ``signed`` (finite number), ``rate`` (0..1), ``steps`` (0..MAX_STEPS), ``bs`` (1..MAX_BATCH),
+  2**53), ``signed`` (finite number), ``rate`` (0..1), ``steps`` / ``topk`` / ``draft_tokens``
+  (runtime/bounds.py), ``bs`` (1..MAX_BATCH),
   ``text``, ``bool``, ``any``;
-- ``Opt(shape)``: also null;
+- ``Opt(shape)``: also null (``Req(Opt(shape))``: present, maybe null);
 - a dict ``{key: shape}``: an object; the keys listed are checked where present, ``Req(shape)``
   ones must be present; other keys ride along unchecked;
 - ``[shape]``: a list whose items are all ``shape``;
@@ -22,7 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..runtime.bounds import MAX_BATCH, MAX_COUNT, MAX_STEPS
+from ..runtime.bounds import MAX_BATCH, MAX_COUNT, MAX_DRAFT_TOKENS, MAX_STEPS, MAX_TOPK
 from ..runtime.errors import UserError
 
 
@@ -62,6 +63,8 @@ KINDS: dict[str, tuple[Any, str]] = {
     "rate": (lambda v: _num(v) and 0 <= v <= 1, "a rate between 0 and 1"),
     "steps": (lambda v: _int(v) and 0 <= v <= MAX_STEPS, f"a step count 0..{MAX_STEPS}"),
     "bs": (lambda v: _int(v) and 1 <= v <= MAX_BATCH, f"a batch size 1..{MAX_BATCH}"),
+    "topk": (lambda v: _int(v) and 0 <= v <= MAX_TOPK, f"a topk 0..{MAX_TOPK}"),
+    "draft_tokens": (lambda v: _int(v) and 0 <= v <= MAX_DRAFT_TOKENS, f"a draft token count 0..{MAX_DRAFT_TOKENS}"),
     "text": (lambda v: isinstance(v, str), "text"),
     "bool": (lambda v: isinstance(v, bool), "true or false"),
     "any": (lambda v: True, "anything"),
@@ -86,12 +89,12 @@ def check(value: Any, shape: Any, origin: str, name: str = "") -> Any:
     stack = [(value, shape, name)]
     while stack:
         v, sh, path = stack.pop()
+        while isinstance(sh, (Opt, Req)):
+            if isinstance(sh, Opt) and v is None:
+                break
+            sh = sh.shape
         if isinstance(sh, Opt):
-            if v is None:
-                continue
-            sh = sh.shape
-        if isinstance(sh, Req):
-            sh = sh.shape
+            continue  # a null where null is allowed
         if isinstance(sh, str):
             ok, words = KINDS[sh]
             if not ok(v):

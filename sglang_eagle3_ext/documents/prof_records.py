@@ -194,7 +194,7 @@ def load(path: str | Path) -> ProfileRun:
                     notes.append(f"{path}:{i}: last line is incomplete (the file is still being "
                                  "written?); skipped")
                     continue
-                raise UserError(f"{path}:{i}: not valid JSON ({getattr(exc, 'msg', exc)})") from None
+                raise UserError(f"{path}:{i}: not valid JSON ({getattr(exc, 'msg', exc)})", exit_code=2) from None
             records.append(_check_record(rec, f"{path}:{i}"))
             rank0 = _one_rank(rank0, rec, f"{path}:{i}")
         if not records:

@@ -72,13 +72,51 @@ def _constant(name: str) -> float:
     raise ValueError(f"{name} is not a number this tool reads (finite numbers only)")
 
 
+class _Odd:
+    """A value the strict parse refused, kept in place by the second parse to name its field."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+
+def _odd_int(text: str) -> int | _Odd:
+    digits = len(text.lstrip("-"))
+    if digits > MAX_INT_DIGITS:
+        return _Odd(f"must be a count or a number of at most {MAX_INT_DIGITS} digits, got an integer of "
+                    f"{digits} digits")
+    return int(text)
+
+
+def _field_of_odd(text: str | bytes, strict: bool) -> str | None:
+    """The field path and reason of the first refused value ("cells[0].cycles must be ...")."""
+    try:
+        data = json.loads(text, parse_int=_odd_int, **({"parse_constant": lambda n: _Odd(
+            f"must be a number, got {n} (finite numbers only)")} if strict else {}))
+    except (ValueError, RecursionError):
+        return None
+    stack: list[tuple[Any, str]] = [(data, "")]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, _Odd):
+            return f"{path or 'the value'} {node.why}"
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for k, v in reversed(list(items)):
+            stack.append((v, f"{path}[{k}]" if isinstance(node, list) else (f"{path}.{k}" if path else str(k))))
+    return None
+
+
 def json_loads(text: str | bytes, *, strict: bool = True) -> Any:
     """``json.loads`` with depth, integer-size and (``strict``) NaN / Infinity refusals as
-    ValueError. ``strict=False`` for third-party files (model configs): NaN read as usual."""
+    ValueError naming the field. ``strict=False`` for third-party files (model configs): NaN and
+    Infinity read as usual (integers stay bounded)."""
     try:
         data = json.loads(text, parse_int=_int, **({"parse_constant": _constant} if strict else {}))
     except RecursionError:
         raise TooDeep(f"nested deeper than {MAX_DEPTH} levels") from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError as exc:  # our hooks: say which field (a second, permissive parse finds it)
+        raise ValueError(_field_of_odd(text, strict) or str(exc)) from None
     if json_depth(data) > MAX_DEPTH:
         raise TooDeep(f"nested deeper than {MAX_DEPTH} levels")
     return data
@@ -249,5 +287,7 @@ def yaml_file(path: str | Path, origin: str, limit: int = MAX_BYTES) -> Any:
     try:
         text = read_text(path, what="a YAML file", limit=limit)
     except Unreadable as exc:
-        raise UserError(str(exc), exit_code=2) from None
+        msg = str(exc)
+        head = f"{path}: "
+        raise UserError(f"{origin}: {msg[len(head):]}" if msg.startswith(head) else msg, exit_code=2) from None
     return yaml_load(text, origin)

@@ -22,10 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from ..documents.jsonio import write_json
-from ..documents.records import SweepResults
 from ..measure.bench import BenchOptions, run_bench, run_ladder
 from ..runtime.errors import UserError
-from ..runtime.safeparse import json_loads, yaml_load
+from ..runtime.safeparse import yaml_file
 
 SCHEMA = "eagle3_sweep/1"
 MATRIX_KEYS = ("steps", "topk", "draft_tokens", "nccl", "custom_all_reduce")
@@ -103,13 +102,7 @@ def load_spec(path: str | Path) -> SweepSpec:
 
     p = Path(path)
     try:
-        data = yaml_load(p.read_bytes().decode("utf-8"), str(p))
-    except FileNotFoundError as exc:
-        raise UserError(f"{p}: no such sweep file", exit_code=2) from exc
-    except UnicodeDecodeError as exc:
-        raise UserError(f"{p}: not a text file (byte {exc.start} is not UTF-8)", exit_code=2) from None
-    except OSError as exc:
-        raise UserError(f"{p}: cannot read it ({exc.strerror})", exit_code=2) from None
+        data = yaml_file(p, str(p))  # bounded: a regular file of at most 4 MiB (safeparse)
     except yaml.YAMLError as exc:
         raise UserError(f"{p}: invalid YAML ({str(exc).splitlines()[0]})", exit_code=2) from exc
     if not isinstance(data, dict):
@@ -238,28 +231,10 @@ def default_factory(cfg: Any, sglang_root: str | None) -> Any:
 
 
 def load_results(path: Path) -> dict[str, Any] | None:
-    if not path.exists():
-        return None
-    try:
-        data = json_loads(path.read_bytes().decode("utf-8"))
-    except (ValueError, OSError) as exc:  # UnicodeDecodeError is a ValueError
-        raise UserError(f"{path}: unreadable results file ({exc}); move it away to start over",
-                        exit_code=2) from None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise UserError(f"{path}: not a sweep results file", exit_code=2)
-    configs = SweepResults.from_json(data, str(path)).configs
-    if not isinstance(configs, list) or not all(
-            isinstance(c, dict) and isinstance(c.get("name"), str) and isinstance(c.get("slug"), str)
-            and c["slug"] and "/" not in c["slug"] and c["slug"] not in (".", "..")
-            and isinstance(c.get("status"), str) for c in configs):
-        raise UserError(f"{path}: damaged sweep results ('configs' must be a list of objects with "
-                        "name, slug and status)", exit_code=2)
-    from ..measure.compare import _checked  # the bench fields the table and the analysis read
+    """The results file (documents/sweep_doc.py: the one bounded, typed reader); None if absent."""
+    from ..documents.sweep_doc import load_results as _load
 
-    for c in configs:
-        if c.get("bench"):
-            _checked(path, c["bench"], f"config {c['name']!r}")
-    return data
+    return _load(path)
 
 
 def _tail_of(srv: Any, exc: BaseException | None) -> list[str]:
