@@ -16,6 +16,7 @@ import resource
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import REPO
@@ -286,3 +287,54 @@ def test_34_6_scan_json_special_files(tmp_path):
             r = child(f"import sys\nfrom sglang_eagle3_ext import cli\nsys.exit(cli.main({argv!r}))\n")
             lines = [x for x in r.stderr.splitlines() if x.strip()]
             assert r.returncode == 2 and len(lines) == 1 and NEEDLES[name] in lines[0], (name, argv[0], r.stderr)
+
+
+# ------------------------------------------------------------------ case 7: probe records' control
+
+POLICY_PROF = REPO / "docs/data/h200-2026-12-02-r8/8bp/policy/configs/eagle3-s5-k1-d6-no-nccl/prof.jsonl"
+
+
+def _control_variants() -> list[tuple[str, Any]]:
+    nan = float("nan")
+    return [
+        ("choices-nan", lambda c: c.update(choices={"1": {"2": nan}})),
+        ("choices-text", lambda c: c.update(choices={"1": {"2": "x"}})),
+        ("choices-list", lambda c: c.update(choices=[1, 2])),
+        ("choices-key-word", lambda c: c.update(choices={"one": {"2": 3}})),
+        ("choices-row-number", lambda c: c.update(choices={"1": 5})),
+        ("choices-huge", lambda c: c.update(choices={"1": {"2": 10**30}})),
+        ("candidates-text", lambda c: c.update(candidates="1,2")),
+        ("candidates-words", lambda c: c.update(candidates=["a"])),
+        ("block-text", lambda c: c.update(block="x")),
+        ("decider-number", lambda c: c.update(decider=5)),
+        ("switches-many", lambda c: c["policy"].update(switches="many")),
+        ("chosen-nan", lambda c: c["policy"].update(chosen={"1": {"5": nan}})),
+        ("expected-text", lambda c: c["policy"].update(expected_per_stream_tok_s={"1": {"5": "fast"}})),
+        ("expected-row-list", lambda c: c["policy"].update(expected_per_stream_tok_s={"1": [1]})),
+        ("explore-negative", lambda c: c["policy"].update(explore={"1": {"5": -3}})),
+        ("rates-text", lambda c: c["policy"].update(rates="high")),
+        ("tiers-list", lambda c: c["policy"].update(tiers=[5])),
+        ("policy-list", lambda c: c.update(policy=[1])),
+        ("control-text", None),
+        ("unmatched-nan", lambda c: c.update(unmatched_accepts=nan)),
+    ]
+
+
+def test_34_7_profile_on_odd_control_fields(tmp_path, capsys):
+    """`profile` on /3 records whose `control` (the hold / policy part) is odd: read, or one line
+    naming the file:line and the field; never "a bug" (was 8 of 15 variants)."""
+    lines = [json.loads(x) for x in POLICY_PROF.read_text().splitlines()[:6] if x.strip()]
+    f = tmp_path / "p.jsonl"
+    for name, mutate in _control_variants():
+        recs = copy.deepcopy(lines)
+        if mutate is None:
+            recs[2]["control"] = "held"
+        else:
+            mutate(recs[2]["control"])
+        f.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+        for extra in ([], ["--json"]):
+            rc = cli.main(["profile", str(f), *extra])
+            c = capsys.readouterr()
+            assert "a bug" not in c.err and "Traceback" not in c.err, (name, c.err)
+            assert rc == 2 and f"{f}:3:" in c.err and "control" in c.err, (name, rc, c.err)
+            assert len(c.err.strip().splitlines()) == 1, (name, c.err)

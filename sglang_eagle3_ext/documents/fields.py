@@ -5,7 +5,7 @@ TypeError or OverflowError later in a table or a sum.
 
 A shape is one of
 - a kind name: ``count`` (whole number 0 <= n < 2**53), ``amount`` (finite number >= 0, below
-  2**53), ``signed`` (finite number), ``rate`` (0..1), ``steps`` / ``topk`` / ``draft_tokens``
+  2**53), ``signed`` (finite number), ``int`` (whole number), ``rate`` (0..1), ``steps`` / ``topk`` / ``draft_tokens``
   (runtime/bounds.py), ``bs`` (1..MAX_BATCH),
   ``text``, ``bool``, ``any``;
 - ``Opt(shape)``: also null (``Req(Opt(shape))``: present, maybe null);
@@ -13,8 +13,9 @@ A shape is one of
   ones must be present; other keys ride along unchecked;
 - ``[shape]``: a list whose items are all ``shape``;
 - ``MapOf(key_kind, shape)``: an object whose keys are ``key_kind`` written as text ("8"; "text":
-  any key) and whose values are all ``shape``;
-- ``Pair(shape)``: a list of exactly two.
+  any key; a kind ending in "?" also takes the key "?", the probes' unknown) and whose values are
+  all ``shape``;
+- ``Tup((shape, ...))``: a list of exactly these; ``Pair(shape)`` = ``Tup((shape, shape))``.
 """
 
 from __future__ import annotations
@@ -44,8 +45,12 @@ class MapOf:
 
 
 @dataclass(frozen=True)
-class Pair:
-    shape: Any
+class Tup:
+    shapes: tuple[Any, ...]
+
+
+def Pair(shape: Any) -> Tup:  # noqa: N802 - a shape constructor, read like the others
+    return Tup((shape, shape))
 
 
 def _num(v: Any) -> bool:
@@ -60,6 +65,7 @@ KINDS: dict[str, tuple[Any, str]] = {
     "count": (lambda v: _int(v) and 0 <= v < MAX_COUNT, "a count (a whole number >= 0)"),
     "amount": (lambda v: _num(v) and v >= 0, "a finite number >= 0"),
     "signed": (_num, "a finite number"),
+    "int": (lambda v: _int(v) and abs(v) < MAX_COUNT, "a whole number"),
     "rate": (lambda v: _num(v) and 0 <= v <= 1, "a rate between 0 and 1"),
     "steps": (lambda v: _int(v) and 0 <= v <= MAX_STEPS, f"a step count 0..{MAX_STEPS}"),
     "bs": (lambda v: _int(v) and 1 <= v <= MAX_BATCH, f"a batch size 1..{MAX_BATCH}"),
@@ -111,16 +117,17 @@ def check(value: Any, shape: Any, origin: str, name: str = "") -> Any:
             if not isinstance(v, list):
                 raise bad(origin, path, f"must be a list, got {_type_name(v)}")
             stack.extend((x, sh[0], f"{path}[{i}]") for i, x in enumerate(v))
-        elif isinstance(sh, Pair):
-            if not (isinstance(v, list) and len(v) == 2):
-                raise bad(origin, path, f"must be a list of two, got {short(v)}")
-            stack.extend((x, sh.shape, f"{path}[{i}]") for i, x in enumerate(v))
+        elif isinstance(sh, Tup):
+            if not (isinstance(v, list) and len(v) == len(sh.shapes)):
+                raise bad(origin, path, f"must be a list of {len(sh.shapes)}, got {short(v)}")
+            stack.extend((x, s, f"{path}[{i}]") for i, (x, s) in enumerate(zip(v, sh.shapes, strict=True)))
         elif isinstance(sh, MapOf):
             if not isinstance(v, dict):
                 raise bad(origin, path, f"must be an object, got {_type_name(v)}")
-            kok, kwords = KINDS[sh.key]
+            unknown = sh.key.endswith("?")  # "bs?": a batch size, or "?" (the probes' unknown)
+            kok, kwords = KINDS[sh.key.rstrip("?")]
             for k, x in v.items():
-                if sh.key == "text":
+                if sh.key == "text" or (unknown and k == "?"):
                     pass  # any key (JSON keys are text)
                 elif not (isinstance(k, str) and k.isdigit() and len(k) <= 20 and kok(int(k))):
                     raise bad(origin, path, f"keys must be {kwords} written as text, got {short(k)}")
