@@ -338,3 +338,68 @@ def test_34_7_profile_on_odd_control_fields(tmp_path, capsys):
             assert "a bug" not in c.err and "Traceback" not in c.err, (name, c.err)
             assert rc == 2 and f"{f}:3:" in c.err and "control" in c.err, (name, rc, c.err)
             assert len(c.err.strip().splitlines()) == 1, (name, c.err)
+
+
+# ------------------------------------------------------------------ case 10: the benchmarks' readers
+
+LADDER = REPO / "docs/data/h200-2026-12-01/8b-p08/p08/configs/eagle3-s5-k1-d6-no-nccl/ladder.json"
+
+
+def _bench_script(name: str, argv: list[str]) -> subprocess.CompletedProcess:
+    return child(f"import sys\nsys.path.insert(0, {str(REPO / 'benchmarks')!r})\nimport {name}\n"
+                 f"sys.exit({name}.main({argv!r}))\n", timeout=60)
+
+
+def _one_line_exit_2(r: subprocess.CompletedProcess, what: str) -> None:
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, (what, r.returncode, r.stderr[-1500:])
+
+
+def test_34_10_policy_sim_hostile_tables(tmp_path):
+    """benchmarks/policy_sim.py: a valid --steps 0,1 scan (was IndexError), --tokens 0 / -5 (was
+    ZeroDivisionError), deep / huge-integer files, /dev/zero, a FIFO: a result or one line, exit 2."""
+    doc = json.loads(H200.read_text())
+    two = dict(doc, candidates=[0, 1], cells=[c for c in doc["cells"] if c["steps"] in (0, 1)])
+    (tmp_path / "s01.json").write_text(json.dumps(two))
+    r = _bench_script("policy_sim", ["--table", str(tmp_path / "s01.json"), "--tokens", "64", "--json"])
+    assert r.returncode == 0 and json.loads(r.stdout)[0]["table"], r.stderr[-1500:]
+    for tokens in ("0", "-5"):
+        _one_line_exit_2(_bench_script("policy_sim", ["--table", "synthetic", "--tokens", tokens]), tokens)
+    files = _policy_cases(tmp_path)
+    for name, p in files.items():
+        for flag in ("--table", "--walks"):
+            _one_line_exit_2(_bench_script("policy_sim", [flag, str(p), "--tokens", "64"]), (name, flag))
+
+
+def _ladder_variants(tmp: Path) -> dict[str, Path]:
+    doc = json.loads(LADDER.read_text())
+    out = {}
+
+    def put(name, d):
+        out[name] = tmp / f"{name}.json"
+        out[name].write_text(d if isinstance(d, str) else json.dumps(d))
+
+    failed = copy.deepcopy(doc)
+    for lv in failed["levels"]:
+        for r in lv["bench"]["runs"]:
+            r["completion_tokens"] = 0
+    put("all-failed", failed)
+    put("a-list", [doc])
+    put("int-levels", dict(doc, levels=[1, 8]))
+    nulls = copy.deepcopy(doc)
+    nulls["levels"][0]["summary"] = None
+    put("summary-null", nulls)
+    put("nan-tokens", json.dumps(doc).replace('"completion_tokens": 256', '"completion_tokens": NaN', 1))
+    put("huge-index", json.dumps(doc).replace('"index": 0', '"index": ' + BIG, 1))
+    return out
+
+
+def test_34_10_transition_hostile_ladders(tmp_path):
+    """benchmarks/transition.py on a ladder whose runs all failed (was ZeroDivisionError), a JSON
+    list, integer levels, summary null, NaN tokens (were AttributeError), alone and --paired (NaN
+    printed "+nan %"): one line, exit 2."""
+    for name, p in _ladder_variants(tmp_path).items():
+        _one_line_exit_2(_bench_script("transition", [str(p)]), name)
+        _one_line_exit_2(_bench_script("transition", [str(LADDER), str(p), "--paired", LADDER.parent.name]), name)
+    for name, p in hostile_files(tmp_path).items():
+        _one_line_exit_2(_bench_script("transition", [str(p)]), name)
