@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,13 +18,29 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, sigint_default
-from test_scan import STANDINS, _argv, _free_port, models, on_path  # noqa: F401 (fixtures)
+from test_flags import write_model
+from test_scan import STANDINS, _argv, _free_port
 
 from sglang_eagle3_ext import cli
 from sglang_eagle3_ext.documents import scan_doc
 from sglang_eagle3_ext.runtime import policy
 
 ENV_PP = f"{STANDINS}:{REPO}"
+
+
+@pytest.fixture()
+def models(tmp_path):
+    return (str(write_model(tmp_path / "target", "LlamaForCausalLM")),
+            str(write_model(tmp_path / "draft", "LlamaForCausalLMEagle3", num_hidden_layers=1,
+                            draft_vocab_size=512)))
+
+
+@pytest.fixture()
+def on_path(monkeypatch):
+    from sglang_eagle3_ext.commands import console
+
+    monkeypatch.setenv("PYTHONPATH", ENV_PP)  # the stand-in runs this worktree's hold decider
+    monkeypatch.setattr(console.out, "width", 250)
 
 
 # ------------------------------------------------------------------ case 4: main cells kept
@@ -54,3 +69,221 @@ def test_34_4_a_levels_thin_main_cell_is_kept():
     t2 = policy.table_from_doc({"schema": policy.SCHEMA, "cells": [_c(2, 8, 8, 30, 4.0), _c(2, 3, 8, 4, 3.0),
                                                                    _c(1, 8, 8, 30, 3.2)]}, graph_bs=None)
     assert t2.cycle_ms(2, 3) == pytest.approx(3.0)
+
+
+# ------------------------------------------------------------------ case 3: exported step-control env
+
+
+@pytest.mark.parametrize("name,value", [("SGLANG_EAGLE3_HOLD", "32"), ("SGLANG_EAGLE3_POLICY", "/old/scan.json"),
+                                        ("SGLANG_EAGLE3_HOLD_STEPS", "3,2,1")])
+def test_34_3_exported_step_control_is_refused_by_every_server_command(models, tmp_path, capsys, monkeypatch,
+                                                                      name, value):
+    """An exported SGLANG_EAGLE3_HOLD / _POLICY (the plugin reads them in every SGLang process)
+    never silently drives a server: launch (a plain --adaptive one too), scan (its dry run too),
+    sweep and demo refuse with one line naming it, before anything starts."""
+    monkeypatch.setenv(name, value)
+    target, draft = models
+    adaptive = tmp_path / "a.json"
+    adaptive.write_text(json.dumps({"1": {"candidate_steps": [1, 2, 3]}}))
+    root = str(Path(_argv(models, tmp_path)[2]))
+    runs = {
+        "launch": ["launch", "--sglang-root", root, "--model", target, "--draft", draft, "--adaptive", str(adaptive),
+                   "--no-sglang-check", "--port", str(_free_port())],
+        "launch --dry-run": ["launch", "--sglang-root", root, "--model", target, "--no-spec", "--dry-run",
+                             "--no-sglang-check"],
+        "scan --dry-run": _argv(models, tmp_path / "scan", "--dry-run"),
+        "sweep": ["sweep", str(REPO / "examples/sweep-tiny.yaml"), "--out", str(tmp_path / "sw")],
+        "demo": ["demo", "--out", str(tmp_path / "demo"), "--dry-run"],
+    }
+    for what, argv in runs.items():
+        rc = cli.main(argv)
+        err = capsys.readouterr().err
+        assert rc == 2 and f"{name} set in this shell's environment" in err and f"unset {name}" in err, (what, err)
+        assert len(err.strip().splitlines()) == 1, (what, err)
+    assert not (tmp_path / "scan" / "server.log").exists() and not (tmp_path / "sw").exists()
+    assert not (tmp_path / "demo").exists()
+
+
+def test_34_3_server_start_refuses_for_any_caller(tmp_path):
+    """The last line: Server.start itself refuses a shell's step-control variable its config does
+    not set (a caller that skipped the command's check: tools/gpu, tests), before spawning."""
+    from sglang_eagle3_ext.runtime.errors import UserError
+    from sglang_eagle3_ext.serve import server
+    from sglang_eagle3_ext.serve.launch_config import LaunchConfig
+
+    cfg = LaunchConfig(model=str(tmp_path), no_spec=True, log=str(tmp_path / "s.log"), port=_free_port())
+    with pytest.raises(UserError, match="SGLANG_EAGLE3_HOLD set"):
+        server.Server(cfg, environ={"SGLANG_EAGLE3_HOLD": "8"}).start(wait=False)
+    assert not (tmp_path / "s.log").exists()
+    cfg.env["SGLANG_EAGLE3_HOLD"] = "8"  # the server's own (what scan sets): allowed, past this check
+    srv = server.Server(cfg, environ={"SGLANG_EAGLE3_HOLD": "8", "PATH": os.environ["PATH"]})
+    cfg.python = sys.executable
+    cfg.server_module = "nonexistent_module_for_the_test"
+    try:
+        srv.start(wait=False)
+    finally:
+        srv.stop(grace=1)
+
+
+def test_34_3_dry_run_says_what_the_exported_variable_would_do(models, tmp_path, capsys):
+    """The scan's dry run prints the hold variables as export lines: it says, next to them, that
+    every SGLang process of that shell would run the hold schedule afterwards."""
+    assert cli.main(_argv(models, tmp_path / "o", "--dry-run")) == 0
+    out = capsys.readouterr().out
+    assert "# SGLANG_EAGLE3_HOLD makes EVERY SGLang process started from that shell hold" in out
+    assert "unset SGLANG_EAGLE3_HOLD" in out
+
+
+# ------------------------------------------------------------------ case 1: a scan that measures nothing
+
+
+def test_34_1_short_runs_keep_driving_until_covered(models, tmp_path, capsys, on_path):
+    """Runs shorter than one probe window (64 tokens, windows of 100 cycles): the level is not
+    stopped with "no steady cycle ... while the others reached" (there were no others); it goes on
+    until every candidate is covered."""
+    out = tmp_path / "o"
+    argv = _argv(models, out, "--min-cycles", "50", "--max-tokens", "64", "--profile-every", "100",
+                 steps="1-4", conc="1")
+    rc = cli.main(argv)
+    c = capsys.readouterr()
+    doc = scan_doc.load(out)
+    assert not any("while the others reached" in n for n in doc["notes"]), doc["notes"]
+    assert rc == 0 and {x["steps"] for x in scan_doc.main_cells(doc)} == {1, 2, 3, 4}, c.err
+    assert doc["best"] and doc["adaptive"]
+
+
+def test_34_1_a_scan_with_no_cell_exits_non_zero_and_says_why(models, tmp_path, capsys, on_path, monkeypatch):
+    """No candidate's cycles ever key (no accept counts reach the probes): the level runs to its
+    time limit, scan.json keeps what there is (the client's figures), and the scan exits 1 with
+    one line saying no cell was measured and why."""
+    monkeypatch.setenv("STANDIN_SCAN_NO_ACCEPT", "1,2,3")
+    out = tmp_path / "o"
+    rc = cli.main(_argv(models, out, "--time-limit", "2", steps="1-3", conc="1"))
+    c = capsys.readouterr()
+    assert rc == 1, c.err
+    errs = [x for x in c.err.splitlines() if x.startswith("error:")]
+    assert len(errs) == 1 and "measured no cell" in errs[0] and "time limit" in errs[0], c.err
+    doc = scan_doc.load(out)
+    assert doc["cells"] == [] and doc["client"]["1"]["per_stream_tok_s"] > 0
+
+
+# ------------------------------------------------------------------ case 2: signals, the pid file
+
+
+def _servers(port: int) -> list[int]:
+    """Pids of stand-in servers listening on ``port`` (their argv names it), found in /proc."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                argv = (d / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if argv[1:3] == [b"-m", b"standin_scan"] and str(port).encode() in argv:  # not the scan CLI
+                pids.append(int(d.name))
+    return pids
+
+
+def _scan_child(argv, cache: Path, **env):
+    return subprocess.Popen([sys.executable, "-m", "sglang_eagle3_ext", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=sigint_default,
+                            env=dict(os.environ, PYTHONPATH=ENV_PP, SGLANG_EAGLE3_CACHE=str(cache), **env))
+
+
+def _signal_run(argv, cache, ready, sigs, gap, **env):
+    """Run the scan CLI, send ``sigs`` once ``ready()``; (rc, stderr, server pids seen)."""
+    port = int(argv[argv.index("--port") + 1])
+    p = _scan_child(argv, cache, **env)
+    seen: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not ready() and p.poll() is None:
+            time.sleep(0.05)
+        assert p.poll() is None, p.communicate()[1]
+        seen = _servers(port)
+        for i, s in enumerate(sigs):
+            if i:
+                time.sleep(gap)
+            p.send_signal(s)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+        for pid in _servers(port):  # never leave one behind, whatever the outcome
+            os.kill(pid, signal.SIGKILL)
+    return p.returncode, err, seen
+
+
+def _alive(pids: list[int]) -> list[int]:
+    out = []
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+            state = (Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split() or ["?"])[0]
+            if state != "Z":
+                out.append(pid)
+        except (ProcessLookupError, OSError):
+            pass
+    return out
+
+
+def test_34_2_two_sigterms_against_a_server_that_ignores_sigterm(models, tmp_path):
+    """Mid-level, SIGTERM twice 1.5 s apart, the server ignoring SIGTERM (was: rc 130, the grace
+    cut short, the server running on, interrupted false, no ladder.json / adaptive.json): the
+    first signal stops the group with the full grace then SIGKILL, the second is ignored;
+    scan.json says interrupted true, ladder.json and adaptive.json hold the level measured."""
+    out = tmp_path / "o"
+    argv = _argv(models, out, "--min-cycles", "100000", "--time-limit", "0.5", "--grace", "2")
+    rc, err, seen = _signal_run(argv, tmp_path / "cache", lambda: (out / "scan.json").exists(),
+                                [signal.SIGTERM, signal.SIGTERM], 1.5, STANDIN_SCAN_IGNORE_TERM="1")
+    assert seen, "no server seen"
+    left = _alive(seen)
+    assert rc == 130 and not left, (rc, left, err[-2000:])
+    doc = scan_doc.load(out)
+    assert doc["interrupted"] is True and {x["level"] for x in doc["cells"]} >= {1}
+    assert (out / "ladder.json").exists() and (out / "adaptive.json").exists() and doc["adaptive"]
+    assert "already stopping the server" in err
+    assert not list((tmp_path / "cache" / "run").glob("server-*.json"))  # its pid file went with it
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGINT])
+def test_34_2_a_signal_during_the_start(models, tmp_path, sig):
+    """SIGHUP (was: rc 129, the server running, no scan.json) or Ctrl-C twice while the server
+    starts: the group is stopped, scan.json written (interrupted, nothing measured), exit 130."""
+    out = tmp_path / "o"
+    log = out / "server.log"
+    argv = _argv(models, out, "--timeout", "60", "--grace", "2")
+    rc, err, seen = _signal_run(argv, tmp_path / "cache", lambda: log.exists() and "argv" in log.read_text(),
+                                [sig, sig], 0.5, STANDIN_SCAN_START_DELAY="30", STANDIN_SCAN_IGNORE_TERM="1")
+    assert seen and not _alive(seen) and rc == 130, (rc, err[-2000:])
+    assert scan_doc.load(out)["interrupted"] is True
+
+
+def test_34_2_stop_all_finds_the_scan_server(models, tmp_path):
+    """While a scan runs, its server's pid file is where `stop --all` looks: `stop --all` stops it;
+    the scan, sent Ctrl-C, ends; no process is left."""
+    cache = tmp_path / "cache"
+    out = tmp_path / "o"
+    argv = _argv(models, out, "--min-cycles", "100000", "--time-limit", "20", conc="1")
+    port = int(argv[argv.index("--port") + 1])
+    p = _scan_child(argv, cache)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not list((cache / "run").glob("server-*.json")):
+            time.sleep(0.1)
+        files = list((cache / "run").glob("server-*.json"))
+        assert files, "no pid file for the scan server"
+        env = dict(os.environ, SGLANG_EAGLE3_CACHE=str(cache))
+        r = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext", "stop", "--all", "--grace", "2"], env=env,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and "stopped" in r.stdout, r.stdout + r.stderr
+        assert not _alive(_servers(port))
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+        for pid in _servers(port):
+            os.kill(pid, signal.SIGKILL)

@@ -199,8 +199,9 @@ def load(path: str | Path) -> ProfileRun:
     skipped with a note; a bad line anywhere else refuses the file, naming the line and field.
     Records of two ranks in one file are refused (each rank writes its own stream)."""
     p = Path(path)
-    try:  # bounded: a regular file of at most LOG_LIMIT (a FIFO or /dev/zero refused before a read)
-        text = read_text(p, what="a probe file or server log", limit=LOG_LIMIT, errors="replace")
+    try:  # bounded: at most LOG_LIMIT; /dev/zero or a folder refused before a read; a pipe given by
+        # name (`profile <(grep ... server.log)`) is read, bounded, and never waited on forever
+        text = read_text(p, what="a probe file or server log", limit=LOG_LIMIT, errors="replace", pipe=True)
     except Unreadable as exc:
         raise UserError(str(exc), exit_code=2) from None
     first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")

@@ -138,9 +138,43 @@ def _kind(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
-def read_bytes(path: str | Path, *, what: str, limit: int = DOC_LIMIT) -> bytes:
+PIPE_WAIT_S = 2.0      # a pipe nobody writes to: how long to wait for a writer before EOF counts
+PIPE_IDLE_S = 120.0    # a writer that sends nothing for this long: refused, not waited on forever
+
+
+def _read_pipe(fd: int, p: Path, what: str, limit: int) -> bytes:
+    """A pipe given by name (``profile <(grep ... server.log)``): at most ``limit`` bytes, never a
+    hang: EOF with no writer after PIPE_WAIT_S, a silent writer refused after PIPE_IDLE_S."""
+    import select
+    import time
+
+    chunks, n, t0 = [], 0, time.monotonic()
+    while n <= limit:
+        ready, _, _ = select.select([fd], [], [], PIPE_IDLE_S)
+        if not ready:
+            raise Unreadable(f"{p}: a pipe that sent nothing for {PIPE_IDLE_S:.0f} s; refused")
+        try:
+            b = os.read(fd, min(1 << 20, limit + 1 - n))
+        except BlockingIOError:
+            continue
+        if not b:
+            if not n and time.monotonic() - t0 < PIPE_WAIT_S:  # its writer may not have opened it yet
+                time.sleep(0.05)
+                continue
+            break
+        chunks.append(b)
+        n += len(b)
+    if n > limit:
+        raise Unreadable(f"{p}: a pipe of more than {size_words(limit)}; {what} is at most {size_words(limit)}")
+    return b"".join(chunks)
+
+
+def read_bytes(path: str | Path, *, what: str, limit: int = DOC_LIMIT, text: bool = False,
+               pipe: bool = False) -> bytes:
     """The bytes of a regular file of at most ``limit`` bytes; ``Unreadable`` (one line) else.
-    ``what`` names the document in the size message ("a scan result")."""
+    ``what`` names the document in the size message ("a scan result"). ``text``: a NUL byte in
+    the first 8 KiB refuses the file as binary before the rest is read (a 1 GB sparse file).
+    ``pipe``: a FIFO / pipe is read too, bounded and never hanging (``_read_pipe``)."""
     p = Path(path)
     via = ""
     if p.is_symlink():
@@ -157,12 +191,20 @@ def read_bytes(path: str | Path, *, what: str, limit: int = DOC_LIMIT) -> bytes:
         raise Unreadable(f"{p}: cannot be read ({exc.strerror or exc}){via}") from None
     try:
         st = os.fstat(fd)
+        if pipe and stat.S_ISFIFO(st.st_mode):
+            return _read_pipe(fd, p, what, limit)
         if not stat.S_ISREG(st.st_mode):
             raise Unreadable(f"{p}: is {_kind(st.st_mode)}{via}, not a regular file; refused before reading")
         if st.st_size > limit:
             raise Unreadable(f"{p}: {size_words(st.st_size)}; {what} is at most {size_words(limit)} "
                              "(refused before reading)")
         chunks, n = [], 0
+        if text:
+            head = os.read(fd, min(8192, limit + 1))
+            if b"\0" in head:
+                raise Unreadable(f"{p}: a binary file (a NUL byte in its first 8 KiB); {what} is text")
+            chunks.append(head)
+            n = len(head)
         while n <= limit:
             b = os.read(fd, min(1 << 20, limit + 1 - n))
             if not b:
@@ -179,9 +221,10 @@ def read_bytes(path: str | Path, *, what: str, limit: int = DOC_LIMIT) -> bytes:
         os.close(fd)
 
 
-def read_text(path: str | Path, *, what: str, limit: int = DOC_LIMIT, errors: str = "strict") -> str:
+def read_text(path: str | Path, *, what: str, limit: int = DOC_LIMIT, errors: str = "strict",
+              pipe: bool = False) -> str:
     """``read_bytes`` as UTF-8 text (``errors="replace"`` for logs); Unreadable when not UTF-8."""
-    data = read_bytes(path, what=what, limit=limit)
+    data = read_bytes(path, what=what, limit=limit, pipe=pipe)
     try:
         return data.decode("utf-8", errors=errors)
     except UnicodeDecodeError as exc:
