@@ -287,3 +287,168 @@ def test_34_2_stop_all_finds_the_scan_server(models, tmp_path):
             p.communicate()
         for pid in _servers(port):
             os.kill(pid, signal.SIGKILL)
+
+
+# ------------------------------------------------------------------ case 8: step bounds
+
+
+def test_34_8_huge_step_ranges_are_refused_before_a_list_is_built(models, tmp_path):
+    """`scan --steps 0-9999999999 --dry-run` built the list and exhausted the machine's memory;
+    `--steps 1-1000000` wrote --speculative-num-steps 1000000. Both: one line, exit 2, at once
+    (run in a memory-capped child so a regression fails instead of taking the machine)."""
+    from test_bounded_readers import child
+
+    for steps in ("0-9999999999", "1-1000000", "1,2,65"):
+        argv = _argv(models, tmp_path / steps, "--dry-run", steps=steps)
+        r = child(f"import sys\nfrom sglang_eagle3_ext import cli\nsys.exit(cli.main({argv!r}))\n", timeout=30)
+        lines = [x for x in r.stderr.splitlines() if x.strip()]
+        assert r.returncode == 2 and len(lines) == 1 and "at most 64 steps" in lines[0], (steps, r.stderr[-800:])
+
+
+def test_34_8_steps_topk_draft_tokens_bounded_everywhere(models, tmp_path, capsys):
+    """launch --steps / --topk / --draft-tokens, a sweep matrix, an adaptive config's candidates:
+    a million steps never reaches SGLang."""
+    target, draft = models
+    root = _argv(models, tmp_path)[2]
+    base = ["launch", "--sglang-root", root, "--model", target, "--draft", draft, "--no-sglang-check", "--dry-run"]
+    cfg = tmp_path / "a.json"
+    cfg.write_text(json.dumps({"1": {"candidate_steps": [1, 1000000]}}))
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(f"name: s\nlaunch: {{model: {target}, draft: {draft}}}\nmatrix: {{steps: [1, 1000000]}}\n")
+    big = tmp_path / "big.yaml"
+    big.write_text(f"name: s\nlaunch: {{model: {target}}}\nmatrix: {{steps: [{', '.join(map(str, range(1, 65)))}], "
+                   f"topk: [{', '.join(map(str, range(1, 65)))}], draft_tokens: [{', '.join(map(str, range(2, 60)))}]}}\n")
+    for argv, needle in (
+            (base + ["--steps", "1000000", "--topk", "1", "--draft-tokens", "1000001"], "--steps 1000000: at most 64"),
+            (base + ["--steps", "3", "--topk", "1000", "--draft-tokens", "4"], "--topk 1000: at most 64"),
+            (base + ["--adaptive", str(cfg)], "candidate step 1000000 is above 64"),
+            (["sweep", str(sweep), "--plan"], "matrix.steps must be integers 1..64"),
+            (["sweep", str(big), "--plan"], "a sweep runs at most 10000")):
+        rc = cli.main(argv)
+        err = capsys.readouterr().err
+        assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1, (argv[-1], err)
+
+
+# ------------------------------------------------------------------ case 9 and 12: --out, links, --within
+
+
+def test_34_9_scan_out_a_file_or_an_uncreatable_folder(models, tmp_path, capsys):
+    """--out FILE (was "unexpected FileExistsError"), an uncreatable folder (was PermissionError
+    with "a bug"): one line, exit 2, nothing started."""
+    f = tmp_path / "afile"
+    f.write_text("x")
+    for out, needle in ((f, "is a file, not a folder"), (f / "sub", "a part of this path is a file"),
+                        (Path("/proc/self/nope"), "cannot create it")):
+        rc = cli.main(_argv(models, out, "--dry-run"))
+        err = capsys.readouterr().err
+        assert rc == 2 and needle in err and "a bug" not in err and len(err.strip().splitlines()) == 1, (out, err)
+
+
+def test_34_12_scan_out_links_and_within(models, tmp_path, capsys):
+    """A dangling scan.json symlink in --out (passed the exists guard and was written through), a
+    server.log symlink (its target was truncated), --within nan (refused only after the whole
+    scan): refused before anything starts; the link's target untouched."""
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "scan.json").symlink_to(tmp_path / "elsewhere.json")
+    rc = cli.main(_argv(models, out, "--dry-run"))
+    err = capsys.readouterr().err
+    assert rc == 2 and "scan.json exists (a symbolic link)" in err, err
+    (out / "scan.json").unlink()
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep me")
+    (out / "server.log").symlink_to(precious)
+    rc = cli.main(_argv(models, out))
+    err = capsys.readouterr().err
+    assert rc == 2 and "server.log: a symbolic link; refused" in err and precious.read_text() == "keep me", err
+    (out / "server.log").unlink()
+    for within in ("nan", "inf", "-1", "100"):
+        rc = cli.main(_argv(models, tmp_path / f"w{within}", "--within", within))
+        err = capsys.readouterr().err
+        assert rc == 2 and f"--within {float(within)}" in err and not (tmp_path / f"w{within}" / "server.log").exists(), err
+
+
+def test_34_12_launch_log_symlink_is_not_truncated(tmp_path):
+    from sglang_eagle3_ext.runtime.errors import UserError
+    from sglang_eagle3_ext.serve import server
+    from sglang_eagle3_ext.serve.launch_config import LaunchConfig
+
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep me")
+    (tmp_path / "s.log").symlink_to(precious)
+    cfg = LaunchConfig(model=str(tmp_path), no_spec=True, log=str(tmp_path / "s.log"), port=_free_port())
+    with pytest.raises(UserError, match="a symbolic link; refused"):
+        server.Server(cfg).start(wait=False)
+    assert precious.read_text() == "keep me"
+
+
+def test_34_12_baseline_interrupted_in_its_second_level_keeps_the_first(models, tmp_path, capsys, on_path,
+                                                                          monkeypatch):
+    """Ctrl-C while the plain server is benched at its second level: the first level's baseline is
+    kept (was: baseline null although level 1 was measured)."""
+    from sglang_eagle3_ext.measure import bench
+
+    real, calls = bench.run_bench, []
+
+    def run_bench(opts, *a, **k):
+        calls.append(opts.concurrency)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(opts, *a, **k)
+
+    monkeypatch.setattr(bench, "run_bench", run_bench)
+    out = tmp_path / "o"
+    rc = cli.main(_argv(models, out, "--baseline", "--baseline-runs", "1", "--time-limit", "0.5",
+                        "--min-cycles", "100000"))
+    capsys.readouterr()
+    doc = scan_doc.load(out)
+    assert rc == 130 and doc["interrupted"] is True and calls == [1, 4]
+    assert list(doc["baseline"]) == ["1"] and doc["baseline"]["1"]["per_stream_tok_s"] > 0
+
+
+def test_34_12_policy_env_names_an_unknown_users_home(monkeypatch):
+    """SGLANG_EAGLE3_POLICY='~nouser/x' inside SGLang: refused with the reason (was: "the policy
+    needs a scan result file")."""
+    from sglang_eagle3_ext.runtime import stepctl
+
+    info = stepctl.ControllerInfo(built=(1, 2, 3))
+    with pytest.raises(ValueError, match="unknown user"):
+        stepctl.make_decider("policy", info, {"SGLANG_EAGLE3_POLICY": "~nouser-34/x"})
+
+
+def test_34_12_launch_policy_takes_a_scan_folder(models, tmp_path, capsys, monkeypatch):
+    """`launch --policy DIR` (a scan folder, which every other reader takes): its scan.json."""
+    import shutil
+
+    monkeypatch.setenv("SGLANG_EAGLE3_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "scanfolder"
+    folder.mkdir()
+    shutil.copy(REPO / "tests/data/policy/scan-h200-8b-p08.json", folder / "scan.json")
+    target, draft = models
+    from sglang_eagle3_ext.serve import releases
+
+    rc = cli.main(["launch", "--sglang-root", str(releases.fetch("0.5.23")), "--model", target, "--draft", draft,
+                   "--policy", str(folder), "--no-sglang-check", "--dry-run"])
+    out = capsys.readouterr().out
+    assert rc == 0 and f"SGLANG_EAGLE3_POLICY={folder / 'scan.json'}" in out
+
+
+def test_34_12_tiny_prompts_checked_before_the_build(tmp_path, capsys):
+    """tiny --paths 4 --prompts FILE ignored --prompts silently; tiny --regions ... --prompts
+    LINK-TO-/dev/zero was refused only after the build: both one line, at once, nothing built."""
+    binary = tmp_path / "b.bin"
+    binary.write_bytes(b"\0\1\2")
+    zero = tmp_path / "zero.txt"
+    zero.symlink_to("/dev/zero")
+    sparse = tmp_path / "sparse.txt"
+    with open(sparse, "wb") as f:
+        f.truncate(1 << 30)
+    for argv, needle in (
+            (["--acceptance", "0.8", "--paths", "4", "--prompts", str(binary)], "read by tree builds only"),
+            (["--acceptance", "0.8", "--regions", "0.9,0.5", "--prompts", str(zero)], "character device"),
+            (["--acceptance", "0.8", "--regions", "0.9,0.5", "--prompts", str(sparse)], "binary file"),
+            (["--acceptance", "0.8", "--regions", "0.9,0.5", "--prompts", str(binary)], "binary file")):
+        rc = cli.main(["tiny", "--out", str(tmp_path / "m"), *argv])
+        err = capsys.readouterr().err
+        assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1, (argv, err)
+        assert not (tmp_path / "m").exists()  # refused before the build wrote anything

@@ -135,9 +135,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     opts.check()
     base = launch_config.load_preset(preset) if preset else launch_config.LaunchConfig()
     name = base.name or (Path(args.model).name if args.model else "scan")
-    out_dir = Path(args.out or f"scan-{name}")
-    if (out_dir / "scan.json").exists():
-        raise UserError(f"{out_dir / 'scan.json'} exists: give another --out (or move it away)", exit_code=2)
+    out_dir = _check_out(Path(args.out or f"scan-{name}"))
     extra = merge_extra(list(base.extra_args), given)
     mrr = scan_memory._extra_int(extra, "--max-running-requests")
     if mrr is not None and mrr < max(levels):
@@ -187,6 +185,27 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
         flags.validate(plain, env, sglang_check=False)
     return {"env": env, "loader": loader, "opts": opts, "cfg": cfg, "plain": plain, "out_dir": out_dir,
             "notes": notes, "read": read}
+
+
+def _check_out(out_dir: Path) -> Path:
+    """--out before anything is written or started: a folder we can write in (a file there, an
+    uncreatable folder: one line, exit 2), no scan.json there yet (a dangling symlink counts: it
+    would be written through), no symlink at the files the scan truncates (server.log)."""
+    from ..documents.outputs import check_folder
+
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"--out {out_dir}: is a file, not a folder (the scan writes scan.json, ladder.json, "
+                        "adaptive.json and server.log there)", exit_code=2)
+    check_folder(out_dir)  # the dry run writes the one-tier config there too
+    scan_json = out_dir / "scan.json"
+    if scan_json.exists() or scan_json.is_symlink():
+        what = " (a symbolic link)" if scan_json.is_symlink() else ""
+        raise UserError(f"{scan_json} exists{what}: give another --out (or move it away)", exit_code=2)
+    for name in ("server.log", "plain-server.log"):
+        if (out_dir / name).is_symlink():
+            raise UserError(f"{out_dir / name}: a symbolic link; refused (the server's log is truncated at "
+                            "the start: its target would be lost)", exit_code=2)
+    return out_dir
 
 
 def _progress_printer() -> Any:

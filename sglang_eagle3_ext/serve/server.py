@@ -219,6 +219,9 @@ class Server:
         refuse_exported("sgl-eagle3", self.environ, add)  # every caller: never silently drive a server
         env = dict(self.environ)
         env.update(add)
+        if self.log_path.is_symlink():  # "wb" would truncate whatever it points at
+            raise UserError(f"log {self.log_path}: a symbolic link; refused (the log is truncated at the "
+                            "start: its target would be lost); give another --log", 2)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log,
