@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..runtime.errors import UserError
+from ..runtime.probes.window import ALL_PHASES
 from .fields import MapOf, Opt, Pair, Req
 from .fields import check as check_shape
 
@@ -173,7 +174,7 @@ _FIGURES = {k: Opt("amount") for k in ("cycle_ms", "accept_len", "per_stream_tok
 CELL = {"steps": Req("steps"), "bs": Req("bs"), "level": Req("bs"), "cycles": Req("count"),
         "blocks": "count", "topk": Opt("count"), "draft_tokens": Opt("count"), "graph": Opt("bool"),
         "requests": Opt("count"), "tokens": Opt("count"), **_FIGURES, "per_position": Opt([Opt("rate")]),
-        "phases": Opt({k: _PHASE for k in ("draft", "verify", "extend", "other", "cycle")}),
+        "phases": Opt({k: _PHASE for k in ALL_PHASES}),
         "interval": Opt({"per_stream_tok_s": Opt(Pair("signed")), "cycle_ms": Opt(Pair("signed"))})}
 _CLIENT = {**{k: Opt("amount") for k in ("per_stream_tok_s", "per_stream_tok_s_median", "throughput_tok_s",
                                           "ttft_s", "ttft_s_median", "accept_length")},

@@ -298,7 +298,8 @@ def activate_hook(original: Callable[..., Any], self: Any, batch_size: int, *arg
         current = self.worker.speculative_num_steps
         target = d.choose(int(batch_size), current, built)
         if target not in self._states:
-            raise ValueError(f"decider chose {target}, not a built state {built}")
+            raise ValueError(f"its choice, steps {target}, has no runtime state (built: {built}); SGLang's "
+                             "own _activate raises 'Missing adaptive runtime state' for it")
     except Exception as exc:  # noqa: BLE001 - never raise into SGLang: its own rule decides
         _warn_once("choose", "step control: %s decider failed (%s); SGLang's own rule decides from now on",
                    getattr(d, "name", "?"), exc)
