@@ -322,7 +322,7 @@ def test_34_8_steps_topk_draft_tokens_bounded_everywhere(models, tmp_path, capsy
             (base + ["--steps", "1000000", "--topk", "1", "--draft-tokens", "1000001"], "--steps 1000000: at most 64"),
             (base + ["--steps", "3", "--topk", "1000", "--draft-tokens", "4"], "--topk 1000: at most 64"),
             (base + ["--adaptive", str(cfg)], "candidate step 1000000 is above 64"),
-            (["sweep", str(sweep), "--plan"], "matrix.steps must be integers 1..64"),
+            (["sweep", str(sweep), "--plan"], "matrix.steps must be positive integers (1..64)"),
             (["sweep", str(big), "--plan"], "a sweep runs at most 10000")):
         rc = cli.main(argv)
         err = capsys.readouterr().err

@@ -17,7 +17,7 @@ SCHEMA = "eagle3_bench/1"
 LADDER_SCHEMA = "eagle3_ladder/1"
 LIMIT = 256 * MIB  # per-request records of a long ladder: ~1 KB each
 
-_STAT = Opt({"avg": Req(Opt("amount")), "peak": Req(Opt("amount")), "median": Opt("amount"),
+_STAT = Opt({"avg": Req(Opt("amount")), "peak": Opt("amount"), "median": Opt("amount"),
              "min": Opt("amount"), "stdev": Opt("amount")})
 SUMMARY = {"decode_tok_s": _STAT, "e2e_tok_s": _STAT, "ttft_s": _STAT, "throughput_tok_s": _STAT,
            "completion_tokens": Opt("count"), "accept_length": Opt("amount"), "accept_source": Opt("text"),

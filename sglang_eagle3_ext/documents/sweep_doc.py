@@ -30,7 +30,8 @@ def check_results(data: Any, origin: str, *, folders: bool = False) -> dict[str,
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise UserError(f"{origin}: not a sweep results file ({SCHEMA})", exit_code=2)
     SweepResults.from_json(data, origin)  # schema version, top-level JSON types
-    check(data, {"configs": Req([CONFIG])}, origin)
+    check(data, {"configs": Req([CONFIG]), "analysis": Opt({"tiers": Opt({"predicted": Opt([
+        {"batch_size": Req("bs"), "steps": Req("steps"), "per_stream_tok_s": Opt("amount")}])})})}, origin)
     for i, c in enumerate(data["configs"]):
         slug = c.get("slug")
         if slug is None and folders:
@@ -40,8 +41,9 @@ def check_results(data: Any, origin: str, *, folders: bool = False) -> dict[str,
     return data
 
 
-def load_results(path: str | Path, *, missing_ok: bool = True) -> dict[str, Any] | None:
-    """A sweep's results.json, or None when it does not exist (``missing_ok``: a new sweep)."""
+def load_results(path: str | Path, *, missing_ok: bool = True, folders: bool = True) -> dict[str, Any] | None:
+    """A sweep's results.json, or None when it does not exist (``missing_ok``: a new sweep).
+    ``folders``: every config must name its folder (the sweep's resume and report read there)."""
     p = Path(path)
     if missing_ok and not p.exists() and not p.is_symlink():
         return None
@@ -49,4 +51,4 @@ def load_results(path: str | Path, *, missing_ok: bool = True) -> dict[str, Any]
         data = read_json(p, what="a sweep results file", limit=LIMIT)
     except UserError as exc:
         raise UserError(f"{exc}; move it away to start over" if "not JSON" in str(exc) else str(exc), 2) from None
-    return check_results(data, str(p), folders=True)
+    return check_results(data, str(p), folders=folders)

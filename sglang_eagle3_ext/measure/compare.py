@@ -92,7 +92,7 @@ def rows(docs: list[dict[str, Any]], baseline: str | None = None,
     out = []
     for i, d in enumerate(docs):
         s = d["summary"]
-        avg, peak = s[metric]["avg"], s[metric]["peak"]
+        avg, peak = s[metric]["avg"], s[metric].get("peak")
         vs = None if i == b or not base_avg or avg is None else (avg / base_avg - 1.0) * 100.0
         out.append({"config": d.get("label"), "tok_s_avg": avg, "tok_s_peak": peak,
                     "accept_length": s.get("accept_length"),

@@ -141,7 +141,7 @@ def load_spec(path: str | Path) -> SweepSpec:
     car_l = [_onoff(v, str(p)) for v in _list(matrix.get("custom_all_reduce", True))]
     for name, vals, top in (("steps", steps_l, MAX_STEPS), ("topk", topk_l, MAX_TOPK)):
         if any(isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= top for v in vals):
-            raise UserError(f"{p}: matrix.{name} must be integers 1..{top}"
+            raise UserError(f"{p}: matrix.{name} must be positive integers (1..{top})"
                             + (" (steps 0 = the no-spec baseline)" if name == "steps" else ""), exit_code=2)
     if any(v != "auto" and (isinstance(v, bool) or not isinstance(v, int) or not 2 <= v <= MAX_DRAFT_TOKENS)
            for v in dt_l):
