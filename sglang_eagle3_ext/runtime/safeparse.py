@@ -51,6 +51,7 @@ MAX_INT_DIGITS = 20     # 2**64 has 20 digits; no count, size or time of ours is
 MIB = 1 << 20
 DOC_LIMIT = 64 * MIB        # scan.json (~40 KB measured), a policy's scan table, bench / ladder JSON
 LOG_LIMIT = 512 * MIB       # probe JSONL / server logs (~1 MB per hour of windows)
+CONFIG_LIMIT = 16 * MIB     # a model's config.json (a few KB)
 
 
 class TooDeep(ValueError):

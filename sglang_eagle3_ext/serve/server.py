@@ -29,6 +29,7 @@ from typing import Any
 
 from ..runtime.errors import UserError
 from ..runtime.resources import cache_root
+from ..runtime.safeparse import MIB, Unreadable, json_loads, read_bytes
 from ..runtime.settings import POLICY
 from .flags import build_command, node_commands
 from .launch_config import (
@@ -401,13 +402,14 @@ def write_pid_file(server: Server, path: Path) -> Path:
 def read_pid_file(path: Path) -> dict[str, Any]:
     """A pid file written by `launch --detach`, checked field by field: `stop` signals only a
     group it recorded (pgid == leader pid > 1, not our own group) and can verify (argv)."""
-    try:
-        info = json.loads(path.read_bytes().decode("utf-8"))
-    except FileNotFoundError as exc:
-        raise UserError(f"pid file {path}: not found", 2) from exc
-    except IsADirectoryError as exc:
-        raise UserError(f"pid file {path}: is a folder", 2) from exc
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    try:  # bounded, regular files only: a FIFO in the pid folder never hangs `stop --all`
+        info = json_loads(read_bytes(path, what="a pid file", limit=MIB).decode("utf-8"))
+    except Unreadable as exc:
+        why = str(exc).split(": ", 1)[-1]
+        if "no such file" in why:
+            raise UserError(f"pid file {path}: not found", 2) from None
+        raise UserError(f"pid file {path}: {'is a folder' if 'folder' in why else 'unreadable (' + why + ')'}", 2) from None
+    except (UnicodeDecodeError, ValueError) as exc:
         raise UserError(f"pid file {path}: unreadable ({exc})", 2) from exc
     if not isinstance(info, dict) or not _is_int(info.get("pgid")):
         raise UserError(f"pid file {path}: no pgid in it (not written by sgl-eagle3 launch --detach?)", 2)
