@@ -151,9 +151,13 @@ def _read_pipe(fd: int, p: Path, what: str, limit: int) -> bytes:
 
     chunks, n, t0 = [], 0, time.monotonic()
     while n <= limit:
-        ready, _, _ = select.select([fd], [], [], PIPE_IDLE_S)
+        ready, _, _ = select.select([fd], [], [], PIPE_IDLE_S if n else 0.05)
         if not ready:
-            raise Unreadable(f"{p}: a pipe that sent nothing for {PIPE_IDLE_S:.0f} s; refused")
+            if n:
+                raise Unreadable(f"{p}: a pipe that sent nothing for {PIPE_IDLE_S:.0f} s; refused")
+            if time.monotonic() - t0 >= PIPE_WAIT_S:
+                raise Unreadable(f"{p}: a pipe nobody writes to (nothing in {PIPE_WAIT_S:g} s); refused")
+            continue
         try:
             b = os.read(fd, min(1 << 20, limit + 1 - n))
         except BlockingIOError:
