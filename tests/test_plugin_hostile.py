@@ -23,7 +23,7 @@ from test_stepctl import FakeController
 
 from sglang_eagle3_ext import cli
 from sglang_eagle3_ext.patcher import engine
-from sglang_eagle3_ext.runtime import probes, routes, stepctl
+from sglang_eagle3_ext.runtime import probes, stepctl
 from sglang_eagle3_ext.runtime.plugin import hookplan, overview
 from sglang_eagle3_ext.runtime.sglang_env import locate
 from sglang_eagle3_ext.serve import releases
@@ -86,6 +86,8 @@ def accept_only_tree(tmp_path):
 
 
 def test_34_13_coverage_and_route_of_every_mix(accept_only_tree, tmp_path):
+    from sglang_eagle3_ext.runtime import routes
+
     env = locate(accept_only_tree)
     cov = routes.source_coverage(env)
     assert cov["roles"] == ["accept"] and len(cov["files"]) == 1
@@ -125,7 +127,7 @@ def test_34_13_no_plugin_release_says_at_start(tmp_path, monkeypatch, capsys):
     capsys.readouterr()
     env = locate(root)
     monkeypatch.setattr("sglang_eagle3_ext.runtime.sglang_env.locate", lambda *a, **k: env)
-    monkeypatch.setattr(probes, "_route_checked", [])
+    monkeypatch.setattr(probes, "_route_checked", [], raising=False)
     probes.reset(environ={"EAGLE3_PROFILE": "1", "EAGLE3_PROFILE_MODE": "wall"})
     try:
         probes.set_spec_config(route="source-patch")
