@@ -24,7 +24,7 @@ def test_wheel_carries_patches_presets_and_entry_point(tmp_path):
     eps = zipfile.ZipFile(wheel).read(ep).decode()
     assert "sglang.srt.plugins" in eps and "sglang_eagle3_ext.runtime.plugin:register" in eps
     # the inside-SGLang package and the old names' aliases travel in the wheel
-    assert {"sglang_eagle3_ext/runtime/plugin.py", "sglang_eagle3_ext/runtime/probes/tree.py",
+    assert {"sglang_eagle3_ext/runtime/plugin/__init__.py", "sglang_eagle3_ext/runtime/probes/tree.py",
             "sglang_eagle3_ext/_aliases.py"} <= set(names)
 
     site = tmp_path / "site"
