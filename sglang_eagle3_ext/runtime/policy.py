@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .bounds import MAX_BATCH, MAX_COUNT, MAX_STEPS
 from .safeparse import load_json_file
 
 SCHEMA = "eagle3_scan/1"
@@ -257,9 +258,6 @@ def table_from_doc(doc: Any, graph_bs: Sequence[int] | None = None, source: str 
 
 
 MIN_CELL_CYCLES = 20  # a drain cell of fewer cycles (a batch size passed through while a level drains) is noise
-MAX_COUNT = 2**53     # cycles beyond a float's exact integers are garbage
-MAX_STEPS = 64        # step counts a scan holds (SGLang's default tiers go to 7; serve/flags bounds them)
-MAX_BATCH = 1 << 20
 
 
 def is_main(cell: Mapping[str, Any]) -> bool:
