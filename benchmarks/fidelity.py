@@ -18,8 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sglang_eagle3_ext.documents import prof_records  # noqa: E402
+from sglang_eagle3_ext.documents import bench_doc, prof_records  # noqa: E402
 from sglang_eagle3_ext.measure import accounting, client_twin  # noqa: E402
+from sglang_eagle3_ext.runtime.errors import UserError  # noqa: E402
 
 
 def rows(sweep_dir: Path) -> list[dict]:
@@ -30,8 +31,8 @@ def rows(sweep_dir: Path) -> list[dict]:
             continue
         run = prof_records.load(prof)
         ladder = cdir / "ladder.json"
-        benches = ([lv["bench"] for lv in json.loads(ladder.read_text())["levels"]] if ladder.exists()
-                   else [json.loads((cdir / "bench.json").read_text())])
+        benches = ([lv["bench"] for lv in bench_doc.load_ladder(ladder)["levels"] if lv.get("bench")]
+                   if ladder.exists() else [bench_doc.load_result(cdir / "bench.json")])
         for b in benches:
             with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
                 json.dump(b, f)
@@ -54,7 +55,11 @@ def main() -> int:
     ap.add_argument("sweep_dir", type=Path)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    rs = rows(a.sweep_dir)
+    try:
+        rs = rows(a.sweep_dir)
+    except (UserError, OSError) as exc:
+        print(f"fidelity: {exc}", file=sys.stderr)
+        return 2
     if a.json:
         print(json.dumps(rs, indent=2))
         return 0

@@ -42,6 +42,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from sglang_eagle3_ext.runtime import policy  # noqa: E402
+from sglang_eagle3_ext.runtime.errors import UserError  # noqa: E402
 from sglang_eagle3_ext.tiny.construct import chain_verify  # noqa: E402
 
 H200_SCAN = REPO / "tests" / "data" / "policy" / "scan-h200-8b-p08.json"
@@ -276,11 +277,15 @@ def world_cost(table: policy.ScanTable) -> Callable[[int, int], float]:
         ms = table.cycle_ms(steps, bs)
         if ms is not None:
             return ms
+        if len(top) < 2:  # one measured step count: a flat cost is all the table says
+            ms = table.cycle_ms(top[-1], bs)
+            assert ms is not None
+            return ms
         pos = [s for s in top if s > 0]
-        a, b = pos[-2], pos[-1]
+        a, b = (pos[-2], pos[-1]) if len(pos) >= 2 else (top[-2], top[-1])  # a --steps 0,1 scan: 0 and 1
         ma, mb = table.cycle_ms(a, bs), table.cycle_ms(b, bs)
         assert ma is not None and mb is not None
-        return mb + (mb - ma) / (b - a) * (steps - b)
+        return mb + max(0.0, (mb - ma) / (b - a)) * (steps - b)
     return cost
 
 
@@ -409,11 +414,10 @@ def table_named(name: str) -> tuple[policy.ScanTable, dict[str, Any]]:
         doc = synthetic_doc()
     elif name == "h200-8b-p08":
         doc = json.loads(H200_SCAN.read_text())
-    else:
-        try:
-            doc = json.loads(Path(name).read_text())
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"{name}: not a readable scan result ({exc})") from None
+    else:  # the scan reader every command uses (bounded, typed): one line for any bad file
+        from sglang_eagle3_ext.documents import scan_doc
+
+        doc = scan_doc.load(name)
     return policy.table_from_doc(doc, source=name), doc
 
 
@@ -577,6 +581,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write-h200-scan", action="store_true",
                     help=f"rebuild {H200_SCAN.relative_to(REPO)} from the committed sweep and exit")
     a = ap.parse_args(argv)
+    if not 1 <= a.tokens <= 10**7:
+        print(f"policy_sim: --tokens {a.tokens}: tokens per stream must be 1..10000000", file=sys.stderr)
+        return 2
     if a.write_h200_scan:
         H200_SCAN.parent.mkdir(parents=True, exist_ok=True)
         H200_SCAN.write_text(json.dumps(make_scan_from_sweep(), indent=1) + "\n")
@@ -589,7 +596,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         names = ["h200-8b-p08", "synthetic"] if a.table == "all" else [a.table]
         results = [run(n, a.tokens, a.seed) for n in names]
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, UserError) as exc:
         print(f"policy_sim: {exc}", file=sys.stderr)
         return 2
     if a.json:

@@ -32,8 +32,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sglang_eagle3_ext.documents import prof_records, scan_doc  # noqa: E402
+from sglang_eagle3_ext.documents import bench_doc, prof_records, scan_doc, sweep_doc  # noqa: E402
 from sglang_eagle3_ext.measure import accounting  # noqa: E402
+from sglang_eagle3_ext.runtime.errors import UserError  # noqa: E402
 
 DEFAULT = ROOT / "docs" / "data" / "h200-2026-12-01-r4" / "scan-8b"
 
@@ -44,11 +45,12 @@ def _pct(a: float | None, b: float | None) -> float | None:
 
 def static_servers(static: Path) -> list[dict[str, Any]]:
     """Every separately started server: steps (None = plain), its ladder levels and probe split."""
-    res = json.loads((static / "results.json").read_text())
+    res = sweep_doc.load_results(static / "results.json", missing_ok=False)  # the one reader: one line if bad
+    assert res is not None
     out = []
     for c in res["configs"]:
         d = static / "configs" / c["slug"]
-        lad = json.loads((d / "ladder.json").read_text())
+        lad = bench_doc.load_ladder(d / "ladder.json")
         prof = d / "prof.jsonl"
         by_batch = accounting.by_batch_summary(prof_records.load(prof).records) if prof.is_file() else {}
         levels = {}
@@ -187,7 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("folder", nargs="?", default=str(DEFAULT))
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
-    res = compare(Path(a.folder))
+    try:
+        res = compare(Path(a.folder))
+    except UserError as exc:
+        print(f"scan_vs_static: {exc}", file=sys.stderr)
+        return 2
     print(json.dumps(res, indent=2, default=str) if a.json else render(res))
     return 0
 

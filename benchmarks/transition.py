@@ -29,6 +29,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from sglang_eagle3_ext.documents import bench_doc  # noqa: E402
+from sglang_eagle3_ext.runtime.errors import UserError  # noqa: E402
+
 # two-sided 95 % Student t quantiles for n - 1 degrees of freedom (n = runs)
 _T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
@@ -49,6 +54,8 @@ def whole_run(doc: dict[str, Any]) -> dict[str, Any]:
     full = [t / w for t, w, n in runs.values() if n == len(levels) and w > 0]
     if not full:
         raise ValueError("no run index present at every level")
+    if not any(full):
+        raise ValueError("no completion token in any run (did every request fail? see the ladder's errors)")
     mean = statistics.fmean(full)
     half = (_T95.get(len(full) - 1, 1.96) * statistics.stdev(full) / math.sqrt(len(full))) if len(full) > 1 else None
     return {"order": [lv["concurrency"] for lv in levels], "runs": len(full), "tok_s": round(mean, 1),
@@ -125,10 +132,15 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     docs: list[tuple[Path, dict[str, Any]]] = []
     for p in a.ladders:
-        try:
-            docs.append((p, json.loads(p.read_text())))
-        except (OSError, ValueError) as exc:
-            print(f"{p}: {exc}", file=sys.stderr)
+        try:  # the one ladder reader (bounded, typed): a bad file is one line naming it and the field
+            docs.append((p, bench_doc.load_ladder(p)))
+        except UserError as exc:
+            print(f"transition: {exc}", file=sys.stderr)
+            return 2
+        if not any(r.get("completion_tokens") for lv in docs[-1][1]["levels"]
+                   for r in (lv.get("bench") or {}).get("runs") or []):
+            print(f"transition: {p}: no completion token in any run (did every request fail? see its errors)",
+                  file=sys.stderr)
             return 2
     if a.paired:
         groups: dict[str, list[dict[str, Any]]] = {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -32,6 +33,13 @@ requires_sglang = pytest.mark.skipif(
     not sglang_importable(),
     reason="real SGLang 0.5.23 + CPU torch not installed (bash tools/ci_env.sh installs them)",
 )
+
+
+def sigint_default() -> None:
+    """``preexec_fn`` of a child a test sends Ctrl-C: SIGINT back to its default. A shell script
+    that starts the suite in the background (``cmd &``) ignores SIGINT, children inherit that,
+    and Python then installs no KeyboardInterrupt handler, so the child would never see Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def subprocess_env(*, sgl_kernel: bool = False, extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import sigint_default
 from standin_openai import StandIn
 
 from sglang_eagle3_ext import cli
@@ -158,7 +159,8 @@ def test_ctrl_c_stops_within_a_second(concurrency):
         env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
         proc = subprocess.Popen([sys.executable, "-m", "sglang_eagle3_ext", "bench", "--url", s.url,
                                  "--concurrency", concurrency, "--runs", "1", "--warmup", "0"],
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=sigint_default)
         deadline = time.monotonic() + 60
         while len(s.requests) < first and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -223,6 +223,7 @@ from sglang_eagle3_ext import cli as cli_mod  # noqa: E402
 from sglang_eagle3_ext.measure import chat_client  # noqa: E402
 from sglang_eagle3_ext.measure.httpio import BadStream  # noqa: E402
 from sglang_eagle3_ext.runtime.errors import UserError  # noqa: E402
+from sglang_eagle3_ext.serve import releases as releases_mod  # noqa: E402
 
 ODD_MORE = [*ODD, float("nan"), float("inf"), -1.5, 10**30, "[/]\x1b[31m", [[[]]], {"choices": []}]
 _SGLEXT = {"choices": [], "sglext": {"spec_tokens_details": {"spec_verify_ct": 3, "spec_accept_length": 1.7}}}
@@ -355,3 +356,201 @@ def test_fuzz_yaml_anchors_and_depth(tmp_path):
             except UserError as exc:
                 assert "\n" not in str(exc), (i, str(exc))
     assert __import__("time").monotonic() - t0 < 10
+
+
+# ---------------------------------------------------------------- issue 34: every reader, one reader
+# Seeded mutants of real documents through EVERY command that reads them (in process: fast), and
+# the special files (a FIFO, /dev/zero behind a link, a folder, a 1 GiB sparse file) through the
+# same commands in ONE memory-capped child with an alarm per call (a hang or an unbounded read
+# fails the test, never the machine). Outcomes allowed: success, or exit 1/2 with one error line;
+# never "a bug", never a traceback.
+
+SCAN_DOC = REPO / "docs/data/h200-2026-12-02-r8/moe5/scan-moe/scan.json"
+LADDER_DOC = REPO / "docs/data/h200-2026-12-01/8b-p08/p08/configs/eagle3-s5-k1-d6-no-nccl/ladder.json"
+CONTROL_PROBES = REPO / "docs/data/h200-2026-12-02-r8/8bp/policy/configs/eagle3-s5-k1-d6-no-nccl/prof.jsonl"
+HOLD_PROBES = REPO / "tests/data/profile/hold_v3.jsonl"
+MUTANTS = 12   # per document and reader family (seeded)
+BIG_INT = 10**400
+ODD_34 = [*ODD, BIG_INT, -BIG_INT, float("nan"), float("inf"), [[[[[]]]]], {"1": {"2": "x"}}]
+
+
+def _mutants(doc, salt: int, n: int = MUTANTS) -> list[bytes]:
+    """Seeded structural mutants (_mutate_tree), one value swapped for an odd one per path
+    sample (NaN, Infinity, 400-digit integers included), and truncations."""
+    rng = random.Random(SEED * 34 + salt)
+    out = [json.dumps(_mutate_tree(rng, doc)).encode() for _ in range(n)]
+    paths = _every_path(doc)
+    for trail, key in rng.sample(paths, min(n, len(paths))):
+        out.append(json.dumps(_with(doc, trail, key, rng.choice(ODD_34))).encode())
+    text = json.dumps(doc).encode()
+    out += [text[: rng.randrange(1, len(text))] for _ in range(2)]
+    return out
+
+
+def _run_in_process(capsys, argv: list[str], what: str) -> None:
+    rc = cli_mod.main(argv)
+    c = capsys.readouterr()
+    assert "a bug" not in c.err and "Traceback" not in c.err, (what, c.err[-2000:])
+    if rc:
+        errors = [x for x in c.err.splitlines() if x.startswith("error:")]
+        assert rc in (1, 2, 130) and len(errors) == 1, (what, rc, c.err[-2000:])
+
+
+def _readers(kind: str, f: Path, tmp: Path) -> list[list[str]]:
+    """Every command that reads a document of ``kind`` at ``f`` (a scan: its folder)."""
+    root = str(releases_mod.fetch("0.5.23"))
+    if kind == "scan":
+        return [["sweep", "--report", str(f.parent)], ["compare", str(f.parent), "--json"],
+                ["adaptive", "write", "--from", str(f.parent), "--out", str(tmp / "a.json"), "--sglang-root", root],
+                ["launch", "--sglang-root", root, "--model", str(tmp / "t"), "--draft", str(tmp / "d"),
+                 "--policy", str(f), "--no-sglang-check", "--dry-run"]]
+    if kind == "probes":
+        return [["profile", str(f), "--json"], ["profile", str(f)]]
+    if kind == "ladder":
+        return [["compare", str(f), str(LADDER_DOC), "--json"],
+                ["profile", str(HOLD_PROBES), "--bench", str(f), "--json"]]
+    if kind == "sweep":
+        return [["sweep", "--report", str(f.parent), "--no-plots"],
+                ["adaptive", "write", "--from", str(f.parent), "--out", str(tmp / "a.json"), "--sglang-root", root],
+                ["compare", str(f), "--json"]]
+    if kind == "bench":
+        return [["compare", str(f), str(BENCH), "--json"], ["profile", str(HOLD_PROBES), "--bench", str(f), "--json"]]
+    if kind == "yaml":
+        return [["launch", str(f), "--dry-run", "--no-sglang-check"], ["sweep", str(f), "--plan", "--out", str(tmp / "o")]]
+    raise AssertionError(kind)
+
+
+@pytest.fixture()
+def reader_home(tmp_path, monkeypatch):
+    from test_flags import write_model
+
+    monkeypatch.setenv("SGLANG_EAGLE3_CACHE", str(tmp_path / "cache"))
+    write_model(tmp_path / "t", "LlamaForCausalLM")
+    write_model(tmp_path / "d", "LlamaForCausalLMEagle3", num_hidden_layers=1, draft_vocab_size=512)
+    return tmp_path
+
+
+def _jsonl_mutants(path: Path, salt: int) -> list[bytes]:
+    lines = [json.loads(x) for x in path.read_text().splitlines()[:6] if x.strip()]
+    rng = random.Random(SEED * 34 + salt)
+    out = []
+    for m in _mutants(lines[2], salt, n=MUTANTS // 2):
+        try:
+            rec = json.loads(m)
+        except ValueError:
+            rec = m.decode(errors="replace")
+        body = [json.dumps(x) for x in lines]
+        body[2] = rec if isinstance(rec, str) else json.dumps(rec)
+        out.append(("\n".join(body) + "\n").encode())
+    ctl = lines[2].get("control") or {}
+    for trail, key in rng.sample(_every_path(ctl), min(MUTANTS, len(_every_path(ctl)))):
+        rec = dict(lines[2], control=_with(ctl, trail, key, rng.choice(ODD_34)))
+        out.append(("\n".join(json.dumps(x) for x in [*lines[:2], rec, *lines[3:]]) + "\n").encode())
+    return out
+
+
+def _sweep_dir_doc() -> dict:
+    return json.loads(RESULTS.read_text())
+
+
+@pytest.mark.parametrize("kind", ["scan", "probes", "ladder", "sweep", "bench", "yaml"])
+def test_fuzz_34_every_reader_of_every_document(reader_home, capsys, kind):
+    tmp = reader_home
+    folder = tmp / "doc"
+    folder.mkdir()
+    name = {"scan": "scan.json", "probes": "p.jsonl", "ladder": "ladder.json", "sweep": "results.json",
+            "bench": "bench.json", "yaml": "p.yaml"}[kind]
+    f = folder / name
+    if kind == "scan":
+        variants = _mutants(json.loads(SCAN_DOC.read_text()), 1)
+    elif kind == "probes":
+        variants = _jsonl_mutants(CONTROL_PROBES, 2) + _jsonl_mutants(HOLD_PROBES, 3)
+    elif kind == "ladder":
+        variants = _mutants(json.loads(LADDER_DOC.read_text()), 4)
+    elif kind == "sweep":
+        variants = _mutants(_sweep_dir_doc(), 5)
+    elif kind == "bench":
+        variants = _mutants(_BENCH_DOC, 6)
+    else:
+        base = yaml.safe_load(PRESET.read_text())
+        variants = [yaml.safe_dump(_mutate_tree(random.Random(SEED + i), base)).encode() for i in range(MUTANTS)]
+        variants += [b"model: /m\ntp: " + b"9" * 5000 + b"\n", b"model: /m\nsteps: 1000000\ntopk: 1\n"
+                     b"draft_tokens: 1000001\n", b"name: s\nmatrix: {steps: [" + b"9" * 400 + b"]}\n"]
+    for i, data in enumerate(variants):
+        f.write_bytes(data)
+        for argv in _readers(kind, f, tmp):
+            _run_in_process(capsys, argv, f"{kind} #{i} {argv[0]}")
+
+
+SPECIAL_CHILD = r'''
+import json, os, resource, signal, sys
+resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+from sglang_eagle3_ext import cli
+from sglang_eagle3_ext.runtime import safeparse
+safeparse.PIPE_WAIT_S = 0.3  # a FIFO nobody writes to (`profile` reads named pipes): refused sooner
+cases = json.loads(sys.argv[1])
+out = []
+class Hung(BaseException):  # not an OSError: no handler of the CLI can take it for a read error
+    pass
+def hung(*_):
+    raise Hung()
+signal.signal(signal.SIGALRM, hung)
+for what, argv in cases:
+    r, w = os.pipe()
+    saved = os.dup(2)
+    os.dup2(w, 2)
+    try:
+        signal.alarm(8)
+        try:
+            rc = cli.main(argv)
+        except Hung:
+            rc = "hung"
+        except MemoryError:
+            rc = "memory"
+        finally:
+            signal.alarm(0)
+    finally:
+        os.dup2(saved, 2)
+        os.close(w)
+    err = os.read(r, 1 << 16).decode(errors="replace")
+    os.close(r)
+    out.append([what, rc, err])
+print("RESULT " + json.dumps(out))
+'''
+
+
+def test_fuzz_34_special_files_through_every_reader(reader_home):
+    """A FIFO, /dev/zero behind a link, a folder and a 1 GiB sparse file in place of each document,
+    through every reader: refused before any read, one line, no hang, no unbounded read."""
+    tmp = reader_home
+    specials = {}
+    fifo = tmp / "fifo"
+    os.mkfifo(fifo)
+    specials["fifo"] = fifo
+    (tmp / "zero").symlink_to("/dev/zero")
+    specials["zero"] = tmp / "zero"
+    (tmp / "adir").mkdir()
+    specials["folder"] = tmp / "adir"
+    with open(tmp / "sparse", "wb") as fh:
+        fh.truncate(1 << 30)
+    specials["sparse"] = tmp / "sparse"
+    cases = []
+    names = {"scan": "scan.json", "probes": "p.jsonl", "ladder": "ladder.json", "sweep": "results.json",
+             "bench": "bench.json", "yaml": "p.yaml"}
+    for kind, name in names.items():
+        for sname, target in specials.items():
+            folder = tmp / f"{kind}-{sname}"
+            folder.mkdir()
+            (folder / name).symlink_to(target)
+            for argv in _readers(kind, folder / name, tmp):
+                cases.append([f"{kind}/{sname}/{argv[0]}", argv])
+    env = dict(os.environ, SGLANG_EAGLE3_CACHE=str(tmp / "cache"))
+    r = subprocess.run([sys.executable, "-c", SPECIAL_CHILD, json.dumps(cases)], capture_output=True, text=True,
+                       timeout=300, env=env, stdin=subprocess.DEVNULL, cwd=tmp)
+    lines = [x for x in r.stdout.splitlines() if x.startswith("RESULT ")]
+    assert r.returncode == 0 and lines, r.stderr[-3000:]
+    for what, rc, err in json.loads(lines[-1][len("RESULT "):]):
+        assert rc not in ("hung", "memory"), (what, rc)
+        assert "a bug" not in err and "Traceback" not in err, (what, err)
+        errors = [x for x in err.splitlines() if x.startswith("error:")]
+        assert rc in (1, 2) and len(errors) == 1, (what, rc, err)

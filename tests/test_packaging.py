@@ -24,13 +24,16 @@ def test_wheel_carries_patches_presets_and_entry_point(tmp_path):
     eps = zipfile.ZipFile(wheel).read(ep).decode()
     assert "sglang.srt.plugins" in eps and "sglang_eagle3_ext.runtime.plugin:register" in eps
     # the inside-SGLang package and the old names' aliases travel in the wheel
-    assert {"sglang_eagle3_ext/runtime/plugin.py", "sglang_eagle3_ext/runtime/probes/tree.py",
+    assert {"sglang_eagle3_ext/runtime/plugin/__init__.py", "sglang_eagle3_ext/runtime/probes/tree.py",
             "sglang_eagle3_ext/_aliases.py", "sglang_eagle3_ext/probes.py", "sglang_eagle3_ext/layers.py",
             "sglang_eagle3_ext/plugin.py", "sglang_eagle3_ext/runtime/plugin/hookplan.py",
             "sglang_eagle3_ext/tiny/paths.py", "sglang_eagle3_ext/tune/scan.py"} <= set(names)
     # every package of the tree is in the wheel (tiny/ was missing from the list once)
     pkgs = {str(p.parent.relative_to(REPO)) for p in (REPO / "sglang_eagle3_ext").rglob("__init__.py")}
     assert pkgs <= {n.rsplit("/", 1)[0] for n in names}, pkgs - {n.rsplit("/", 1)[0] for n in names}
+    # and nothing that is no longer in the tree (a stale build/ folder once carried runtime/plugin.py)
+    code = [n for n in names if n.startswith("sglang_eagle3_ext/") and n.endswith(".py") and "/_data/" not in n]
+    assert [n for n in code if not (REPO / n).is_file()] == []
 
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site),

@@ -432,7 +432,9 @@ def test_source_patch_marker_means_the_plugin_does_not_record(fresh, tmp_path, c
     env = _small_root(tmp_path)
     assert overview.describe(env, {"EAGLE3_PROFILE": "1"})["route"] == "plugin"
     worker = env.path(sglang_env.V2_FILE)
-    worker.write_text(worker.read_text() + "\n# sglang-eagle3-ext: probes (source patch)\n")
+    # a source patch's decode probes and accept entry (the marked lines record cycles and counts)
+    worker.write_text(worker.read_text() + "\n# _p.cycle_begin()  # sglang-eagle3-ext\n"
+                      "# _p.record_accept(n, bonus_included=False)  # sglang-eagle3-ext\n")
     fresh.setattr(plugin, "locate", lambda *a: env)
     fresh.setenv("EAGLE3_PROFILE", "1")
     plugin.register()

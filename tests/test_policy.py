@@ -125,7 +125,7 @@ def test_bad_scan_files_one_line(mutate, needle):
     msg = str(ei.value)
     assert needle in msg and "\n" not in msg and msg.startswith("x.json")
     dec, why = policy.from_file("/nonexistent/scan.json")
-    assert dec is None and "cannot be read" in why
+    assert dec is None and "no such file" in why
 
 
 # ------------------------------------------------------------------ the decider

@@ -107,8 +107,8 @@ def test_malformed_file_one_clear_line_nonzero_exit(tmp_path, capsys, content, e
 
 
 def test_missing_file_and_legacy_predict_are_user_errors(tmp_path, capsys):
-    assert cli.main(["profile", str(tmp_path / "nope.jsonl")]) == 1
-    assert "cannot read" in capsys.readouterr().err
+    assert cli.main(["profile", str(tmp_path / "nope.jsonl")]) == 2
+    assert "no such file" in capsys.readouterr().err
     assert cli.main(["profile", str(DESIGN), "--predict"]) == 2
     assert "no per-position acceptance" in capsys.readouterr().err
     assert cli.main(["profile", str(DESIGN), "--baseline-tps", "-3"]) == 2

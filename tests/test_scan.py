@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import sigint_default
 from test_flags import write_model
 
 from sglang_eagle3_ext import cli
@@ -371,7 +372,8 @@ def test_real_sigint_stops_the_server_and_keeps_results(models, tmp_path):
     argv = _argv(models, out, "--min-cycles", "100000", "--time-limit", "0.5")
     argv[argv.index("--port") + 1] = str(port)
     env = dict(os.environ, PYTHONPATH=f"{STANDINS}:{Path(__file__).resolve().parents[1]}")
-    p = subprocess.Popen([sys.executable, "-m", "sglang_eagle3_ext", *argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen([sys.executable, "-m", "sglang_eagle3_ext", *argv], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, preexec_fn=sigint_default)
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not (out / "scan.json").exists():

@@ -16,7 +16,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import REPO, requires_sglang, subprocess_env
+from conftest import REPO, requires_sglang, sigint_default, subprocess_env
 from test_flags import write_model
 
 from sglang_eagle3_ext.runtime.errors import UserError
@@ -185,7 +185,7 @@ def wait_for(proc: subprocess.Popen, needle: str, timeout: float = 30) -> str:
 def test_cli_signal_stops_group(standin, tmp_path, sig):
     cfg = standin("child")
     proc = subprocess.Popen(launch_cli(cfg), env=cli_env(cfg), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                            stderr=subprocess.STDOUT, text=True, preexec_fn=sigint_default)
     try:
         out = wait_for(proc, "ready:")
         assert "[launch] loading weights" in out  # status lines (no tty: plain lines)

@@ -112,6 +112,9 @@ def run(args: argparse.Namespace) -> int:
     from ..serve import server as srv
 
     _validate(args)
+    from ..serve.stepenv import refuse_exported
+
+    refuse_exported("demo")  # an exported SGLANG_EAGLE3_HOLD / _POLICY would drive the demo's server
     env = locate(args.sglang_root)
     route = choose_route(args.route, env)
     gpu = gpu_name()

@@ -49,12 +49,12 @@ def _patch_summary(env) -> dict | None:
         return {"error": str(exc)}
 
 
-def _plugin_summary() -> dict | None:
+def _plugin_summary(env) -> dict | None:
     try:
         from ..runtime.plugin import overview
     except ImportError:
         return None
-    return overview.describe()
+    return overview.describe(env)  # the tree doctor looks at (--sglang-root), not the default one
 
 
 def collect(sglang_root: str | None) -> dict:
@@ -63,7 +63,7 @@ def collect(sglang_root: str | None) -> dict:
         "tool_version": __version__,
         "sglang": env.to_dict(),
         "patch": _patch_summary(env),
-        "plugin": _plugin_summary(),
+        "plugin": _plugin_summary(env),
         "torch": _torch_info(),
         "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)},
     }

@@ -91,6 +91,12 @@ def _print_command(argv: list[str], env: dict[str, str], title: str | None = Non
         # the server sees exactly these values (a bare NAME=value line would not be exported)
         out.print("# env additions (export them in the shell that runs the command)",
                   highlight=False, markup=False)
+        from ..serve.stepenv import WHAT
+
+        for k in (k for k in env if k in WHAT):  # read by every later SGLang process of that shell
+            out.print(f"# {k} makes EVERY SGLang process started from that shell {WHAT[k].format(v=env[k])}: "
+                      f"run the command in a subshell ( ... ) or `unset {k}` once the server stops; "
+                      "sgl-eagle3 refuses to start servers while it is exported", highlight=False, markup=False)
         for k, v in env.items():
             out.print(f"export {shlex.quote(k)}={shlex.quote(v)}", highlight=False, markup=False)
     else:
@@ -116,6 +122,9 @@ def run(args: argparse.Namespace) -> int:
     from ..serve import flags, server
 
     cfg = build_config(args)
+    from ..serve.stepenv import refuse_exported
+
+    refuse_exported("launch")  # the dry run too: it shows what the real launch would do (refuse)
     env = locate(args.sglang_root)
     try:
         notes = flags.validate(cfg, env, sglang_check=False if args.no_sglang_check else None)

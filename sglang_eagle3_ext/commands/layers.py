@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..runtime import layers
 from ..runtime.errors import UserError
-from ..runtime.safeparse import json_loads
+from ..runtime.safeparse import CONFIG_LIMIT, json_loads, read_text
 from ..serve import layer_check
 from .console import out, print_json
 
@@ -46,7 +46,7 @@ def read_config(path: str, what: str) -> dict:
         raise UserError(f"--{what} {path}: no such file (expected a model folder with config.json "
                         "or the config.json itself)", exit_code=2)
     try:
-        data = json_loads(p.read_text(encoding="utf-8"))
+        data = json_loads(read_text(p, what="a model config", limit=CONFIG_LIMIT), strict=False)
     except (OSError, ValueError) as exc:  # ValueError: bad JSON, too deep, not UTF-8
         raise UserError(f"--{what} {p}: not valid JSON ({exc})", exit_code=2) from None
     if not isinstance(data, dict):

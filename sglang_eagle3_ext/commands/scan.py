@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +74,8 @@ def _options(p: argparse.ArgumentParser) -> None:
     q.add_argument("--timeout", type=float, metavar="S", help="seconds to wait for health")
     q.add_argument("--profile-every", type=int, metavar="N", help="cycles per probe window (default 100)")
     q.add_argument("--python", metavar="EXE", help="Python that runs SGLang")
+    q.add_argument("--grace", type=float, default=15.0, metavar="S",
+                   help="seconds the server gets between SIGTERM and SIGKILL when the scan stops it (default 15)")
     q.add_argument("--server-module", help=argparse.SUPPRESS)  # stand-in servers in tests
     q.add_argument("--no-sglang-check", action="store_true",
                    help="skip SGLang's own argument check (a child Python)")
@@ -110,6 +111,9 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     from ..tune import scan, scan_memory
 
     preset, given = _split_words(args)
+    from ..serve.stepenv import refuse_exported
+
+    refuse_exported("scan")  # the scan sets the hold schedule for its own server only; POLICY would clash
     env = locate(getattr(args, "sglang_root", None))
     loader, note = adaptive_format.hold_support(env)
     cands = scan.parse_steps(args.scan_steps)
@@ -131,9 +135,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     opts.check()
     base = launch_config.load_preset(preset) if preset else launch_config.LaunchConfig()
     name = base.name or (Path(args.model).name if args.model else "scan")
-    out_dir = Path(args.out or f"scan-{name}")
-    if (out_dir / "scan.json").exists():
-        raise UserError(f"{out_dir / 'scan.json'} exists: give another --out (or move it away)", exit_code=2)
+    out_dir = _check_out(Path(args.out or f"scan-{name}"))
     extra = merge_extra(list(base.extra_args), given)
     mrr = scan_memory._extra_int(extra, "--max-running-requests")
     if mrr is not None and mrr < max(levels):
@@ -185,6 +187,27 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
             "notes": notes, "read": read}
 
 
+def _check_out(out_dir: Path) -> Path:
+    """--out before anything is written or started: a folder we can write in (a file there, an
+    uncreatable folder: one line, exit 2), no scan.json there yet (a dangling symlink counts: it
+    would be written through), no symlink at the files the scan truncates (server.log)."""
+    from ..documents.outputs import check_folder
+
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"--out {out_dir}: is a file, not a folder (the scan writes scan.json, ladder.json, "
+                        "adaptive.json and server.log there)", exit_code=2)
+    check_folder(out_dir)  # the dry run writes the one-tier config there too
+    scan_json = out_dir / "scan.json"
+    if scan_json.exists() or scan_json.is_symlink():
+        what = " (a symbolic link)" if scan_json.is_symlink() else ""
+        raise UserError(f"{scan_json} exists{what}: give another --out (or move it away)", exit_code=2)
+    for name in ("server.log", "plain-server.log"):
+        if (out_dir / name).is_symlink():
+            raise UserError(f"{out_dir / name}: a symbolic link; refused (the server's log is truncated at "
+                            "the start: its target would be lost)", exit_code=2)
+    return out_dir
+
+
 def _progress_printer() -> Any:
     def show(p: dict[str, Any]) -> None:
         cov = p["coverage"]
@@ -225,22 +248,23 @@ def run(args: argparse.Namespace) -> int:
             _print_command(argv, add, title="plain server for --baseline (after the scan)")
         return 0
 
+    # every server of the scan is recorded where `stop --all` looks, from its spawn to its stop
+    pid_file = server.check_pid_file(server.default_pid_file(cfg))
+
     def factory(c: Any) -> Any:
-        return server.Server(c)
+        return server.Server(c, grace=args.grace,
+                             pid_file=pid_file if c.port == cfg.port else server.default_pid_file(c))
 
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
+    from ..serve.interrupts import as_interrupt
 
-    old = signal.signal(signal.SIGTERM, on_term)
     try:
-        doc = _run(scan, opts, cfg, out_dir, b, factory)
+        with as_interrupt():  # Ctrl-C / SIGTERM / SIGHUP: stop the group (grace, SIGKILL), keep what was measured
+            doc = _run(scan, opts, cfg, out_dir, b, factory)
     except server.ServerFailed as exc:
         err.print(f"--- last {len(exc.log_tail)} lines of the server log ---", highlight=False, markup=False)
         for line in exc.log_tail:
             err.print(line, highlight=False, markup=False)
         raise
-    finally:
-        signal.signal(signal.SIGTERM, old)
     if args.json:
         from .console import print_json
 
@@ -249,7 +273,13 @@ def run(args: argparse.Namespace) -> int:
         render(doc)
     out.print(f"wrote {out_dir / 'scan.json'}" + (f", {doc['client_file']}" if doc.get("client_file") else "")
               + (f", {doc['adaptive']['path']}" if doc.get("adaptive") else ""), highlight=False, markup=False)
-    return 130 if doc["interrupted"] else 0
+    if doc["interrupted"]:
+        return 130
+    if not doc["cells"]:  # nothing to compare: not a result, whatever else was written
+        why = "; ".join(n for n in doc["notes"] if n.startswith("level ")) or "no level was driven"
+        raise UserError(f"scan: measured no cell (no candidate has a steady cycle with accept counts at any "
+                        f"level's batch size): {why}; scan.json keeps the client's figures", exit_code=1)
+    return 0
 
 
 def _run(scan: Any, opts: Any, cfg: Any, out_dir: Path, b: dict[str, Any], factory: Any) -> dict[str, Any]:

@@ -6,6 +6,7 @@ import argparse
 import json
 import shlex
 import time
+from typing import Any
 
 from ..documents.outputs import check_folder
 from ..runtime.errors import UserError
@@ -100,6 +101,14 @@ def validate(args: argparse.Namespace):
     if paths.parse_paths(getattr(args, "paths", None)) and (alts or regs or isinstance(accs[0], str)):
         raise UserError("--paths needs --acceptance P and a chain build (a tree build's prompts walk "
                         "their regions: --regions)", exit_code=2)
+    if getattr(args, "prompts", None):
+        if not (alts or regs):  # it was ignored silently (issue 34 case 12)
+            raise UserError("--prompts is read by tree builds only (--alternatives / --regions: each "
+                            "prompt's expected accept length); a --paths build writes its own "
+                            "prompts-paths.jsonl for bench / scan --prompts", exit_code=2)
+        from ..measure.prompts import load_prompts
+
+        args.loaded_prompts = load_prompts(args.prompts)  # before the build: a bad file is one line at once
     for item in getattr(args, "tree", None) or []:
         trees.check_config(*parse_tree(item))
     if args.device not in (None, "cpu", "cuda") and not str(args.device).startswith("cuda:"):
@@ -158,12 +167,10 @@ def print_tree(info: dict, root, extra: list[str] | None) -> None:
                   + " (examples/prompts-trees.jsonl)", highlight=False)
 
 
-def print_prompts(root, path: str, extra: list[str] | None) -> None:
-    from ..measure.prompts import load_prompts
+def print_prompts(root, prompts: list[Any], extra: list[str] | None) -> None:
     from ..tiny import trees
 
     cfgs = [(3, 1, 4), (3, 4, 13), (5, 8, 21)] + [parse_tree(x) for x in extra or []]
-    prompts = load_prompts(path)
     for i, row in enumerate(trees.expect_prompts(root, prompts, cfgs)):
         text = prompts[i] if isinstance(prompts[i], str) else prompts[i][-1]["content"]
         out.print(f"  prompt {i + 1} ({text[:40]!r}, last token {row['last_token']}): "
@@ -236,7 +243,7 @@ def run(args: argparse.Namespace) -> int:
     if "tree" in info:
         print_tree(info, models.root, getattr(args, "tree", None))
         if getattr(args, "prompts", None):
-            print_prompts(models.root, args.prompts, getattr(args, "tree", None))
+            print_prompts(models.root, args.loaded_prompts, getattr(args, "tree", None))
     if "wiring" in info:
         w = info["wiring"]
         ok = ",".join(map(str, w["trained_on"]))

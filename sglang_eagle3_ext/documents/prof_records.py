@@ -15,7 +15,9 @@ from ..runtime.probes.window import (
     CYCLE,
     PHASES,
 )
-from ..runtime.safeparse import json_loads
+from ..runtime.safeparse import LOG_LIMIT, Unreadable, json_loads, read_text
+from .fields import MapOf, Opt, Tup
+from .fields import check as check_shape
 
 
 @dataclass
@@ -161,6 +163,29 @@ def _check_values(rec: dict[str, Any], where: str) -> None:
         if not (isinstance(k, str) and k.isdigit() and 0 < int(k) <= MAX_BATCH):
             raise _bad(where, "by_batch", f"keys are batch sizes 1..{MAX_BATCH}, got {k!r}")
         _part_at(part, where, f"by_batch.{k}")
+    check_shape({k: rec[k] for k in ("by_key", "control") if k in rec}, V3_SHAPE, where)
+
+
+# /3: the per-configuration split and the step control (hold / policy) part, as read by
+# accounting.by_key_summary / control_summary, policy_report and the scan (probes/window.py,
+# runtime/stepctl.control and policy.PolicyDecider.window_control write them)
+_PH = Opt(MapOf("text", Opt(MapOf("text", Opt("amount")))))
+_CHOICES = MapOf("bs?", MapOf("steps?", "count"))  # "?" = unknown (probes/window.py choices)
+_BY_STEPS = MapOf("bs", MapOf("steps", "count"))    # the policy's own: always known
+BY_KEY = MapOf("text", {
+    "steps": Opt("steps"), "topk": Opt("topk"), "draft_tokens": Opt("draft_tokens"), "bs": Opt("bs"),
+    "graph": Opt("bool"), "cycles": "count", "requests": Opt("count"), "accepted_drafts": Opt("count"),
+    "tokens": Opt("count"), "accept_len": Opt("amount"), "accept_hist": Opt(MapOf("steps", "count")),
+    "per_position": Opt([Opt("rate")]), "phases": _PH, "per_stream_tok_s": Opt("amount"),
+    "throughput_tok_s": Opt("amount"), "parts": Opt([Tup(("int", "count", "amount", "count", "count"))])})
+CONTROL = {
+    "decider": Opt("text"), "block": Opt("int"), "candidates": Opt(["steps"]), "choices": Opt(_CHOICES),
+    "unmatched_accepts": Opt("count"),
+    "policy": Opt({"explore": Opt(_BY_STEPS), "chosen": Opt(_BY_STEPS), "switches": Opt("count"),
+                   "expected_per_stream_tok_s": Opt(MapOf("bs", MapOf("steps", Opt("amount")))),
+                   "rates": Opt([Opt("rate")]), "tiers": Opt(MapOf("bs", Opt("steps"))), "source": Opt("text"),
+                   "expected_def": Opt("text")})}
+V3_SHAPE = {"by_key": Opt(BY_KEY), "control": Opt(CONTROL)}
 
 
 def _is_num(x: Any) -> bool:
@@ -174,10 +199,11 @@ def load(path: str | Path) -> ProfileRun:
     skipped with a note; a bad line anywhere else refuses the file, naming the line and field.
     Records of two ranks in one file are refused (each rank writes its own stream)."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    try:  # bounded: at most LOG_LIMIT; /dev/zero or a folder refused before a read; a pipe given by
+        # name (`profile <(grep ... server.log)`) is read, bounded, and never waited on forever
+        text = read_text(p, what="a probe file or server log", limit=LOG_LIMIT, errors="replace", pipe=True)
+    except Unreadable as exc:
+        raise UserError(str(exc), exit_code=2) from None
     first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
     if first.startswith("{"):
         notes: list[str] = []
@@ -194,7 +220,7 @@ def load(path: str | Path) -> ProfileRun:
                     notes.append(f"{path}:{i}: last line is incomplete (the file is still being "
                                  "written?); skipped")
                     continue
-                raise UserError(f"{path}:{i}: not valid JSON ({getattr(exc, 'msg', exc)})") from None
+                raise UserError(f"{path}:{i}: not valid JSON ({getattr(exc, 'msg', exc)})", exit_code=2) from None
             records.append(_check_record(rec, f"{path}:{i}"))
             rank0 = _one_rank(rank0, rec, f"{path}:{i}")
         if not records:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from pathlib import Path
 from typing import Any
 
 from ..runtime.errors import UserError
+from ..runtime.probes.window import ALL_PHASES
+from .fields import MapOf, Opt, Pair, Req
+from .fields import check as check_shape
 
 SCHEMA = "eagle3_scan/1"
 STEP0_LABEL = "step 0 (SGLang, not plain decoding)"
@@ -80,11 +82,13 @@ def backfill_client(doc: dict[str, Any], folder: Path) -> None:
     lad_path = folder / "ladder.json"
     if not missing or not lad_path.is_file():
         return
-    try:
-        lad = json.loads(lad_path.read_text())
-        levels = {str(lv["concurrency"]): lv["bench"] for lv in lad.get("levels") or []}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    from .bench_doc import load_ladder
+
+    try:  # the one ladder reader (bounded, typed); a damaged ladder.json only means no backfill
+        lad = load_ladder(lad_path)
+    except UserError:
         return
+    levels = {str(lv["concurrency"]): lv["bench"] for lv in lad["levels"] if isinstance(lv.get("bench"), dict)}
     for k in missing:
         if k in levels:
             agg = client_aggregate(levels[k])
@@ -94,9 +98,12 @@ def backfill_client(doc: dict[str, Any], folder: Path) -> None:
 
 
 def main_cells(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """The cells measured at the batch size their level aimed at (the drain batch sizes of a level,
-    when requests finish one by one, stay in ``cells`` but are not compared)."""
-    return [c for c in doc.get("cells", []) if c["bs"] == c["level"]]
+    """The cells measured at the batch size their level aimed at, however few cycles they hold
+    (the drain batch sizes of a level, when requests finish one by one, stay in ``cells`` but are
+    not compared). The policy's rule too (runtime/policy.is_main)."""
+    from ..runtime.policy import is_main
+
+    return [c for c in doc.get("cells", []) if is_main(c)]
 
 
 def best_static(doc: dict[str, Any]) -> dict[str, Any]:
@@ -173,31 +180,92 @@ def markdown(doc: dict[str, Any]) -> str:
 # ------------------------------------------------------------------ reading a result
 
 
+_PHASE = Opt({"mean_ms": Opt("amount"), "p50_ms": Opt("amount"), "p90_ms": Opt("amount")})
+_FIGURES = {k: Opt("amount") for k in ("cycle_ms", "accept_len", "per_stream_tok_s", "throughput_tok_s")}
+CELL = {"steps": Req("steps"), "bs": Req("bs"), "level": Req("bs"), "cycles": Req("count"),
+        "blocks": "count", "topk": Opt("count"), "draft_tokens": Opt("count"), "graph": Opt("bool"),
+        "requests": Opt("count"), "tokens": Opt("count"), **_FIGURES, "per_position": Opt([Opt("rate")]),
+        "phases": Opt({k: _PHASE for k in ALL_PHASES}),
+        "interval": Opt({"per_stream_tok_s": Opt(Pair("signed")), "cycle_ms": Opt(Pair("signed"))})}
+_CLIENT = {**{k: Opt("amount") for k in ("per_stream_tok_s", "per_stream_tok_s_median", "throughput_tok_s",
+                                          "ttft_s", "ttft_s_median", "accept_length")},
+           "accept_source": Opt("text"), "ok_runs": Opt("count"), "failed_requests": Opt("count"),
+           "aggregate": Opt({"per_stream_tok_s": Req("amount"), "decode_tokens": Opt("count"),
+                             "decode_s": Opt("amount"), "requests": Opt("count")})}
+_BEST = MapOf("bs", {"steps": Req("steps"), "per_stream_tok_s": Req("amount"),
+                     "throughput_tok_s": Opt("amount"), "vs_baseline": Opt("signed")})
+_GIB = Opt(MapOf("text", "amount"))
+SHAPE = {
+    "cells": Req([CELL]), "candidates": Req(["steps"]), "levels": Req(["bs"]), "block": Opt("count"),
+    "min_cycles": Opt("count"), "max_tokens": Opt("count"), "interrupted": Opt("bool"),
+    "levels_done": Opt(["bs"]), "notes": Opt(["text"]), "wall_s": Opt("amount"), "start_s": Opt("amount"),
+    "baseline": Opt(MapOf("bs", {"per_stream_tok_s": Req("amount"), "throughput_tok_s": Req("amount"),
+                                 "runs": Opt("count")})),
+    "client": Opt(MapOf("bs", Opt(_CLIENT))),
+    "adaptive": Opt({"path": Req("text"), "format": Req("text"), "tiers": Req(MapOf("bs", ["steps"])),
+                     "reasons": Opt(MapOf("bs", "text")), "within_pct": Req("amount"),
+                     "launch_steps": Req("steps")}),
+    "memory": Opt({"log": Opt("text"),
+                   "estimate": Opt({"total_gib": Opt("amount"), "per_state_gib": _GIB}),
+                   "measured": Opt({"total_gib": Req("amount"), "per_state_gib": _GIB,
+                                    "outside_states_gib": Opt("amount"), "captures": Opt("count"),
+                                    "states_built": Opt("count")})}),
+}
+_CELL_DEFAULTS: dict[str, Any] = {"blocks": 0, "graph": None, "per_position": [], "cycle_ms": None,
+                                  "accept_len": None, "per_stream_tok_s": None, "throughput_tok_s": None}
+
+
+def check(data: Any, origin: str) -> dict[str, Any]:
+    """The typed check of a scan document (every field a reader of ours uses): UserError(2), one
+    line naming ``origin`` and the field. Optional cell fields a reader indexes are filled (None)."""
+    from .records import ScanResult
+
+    ScanResult.from_json(data, origin)  # schema name and version, top-level JSON types
+    check_shape(data, SHAPE, origin)
+    best = data.get("best")
+    if best is not None:
+        check_shape(best, {"overall": Opt({"steps": Req("steps"), "relative_to_best": Req("amount")})}, origin, "best")
+        check_shape({k: v for k, v in best.items() if k != "overall"}, _BEST, origin, "best")
+    for i, c in enumerate(data["cells"]):
+        if len(c.get("per_position") or []) > c["steps"]:
+            raise UserError(f"{origin}: cells[{i}].per_position has more rates than its {c['steps']} steps", 2)
+        al = c.get("accept_len")
+        if al is not None and not 1.0 <= al <= c["steps"] + 1 + 1e-6:
+            raise UserError(f"{origin}: cells[{i}].accept_len {al} outside [1, steps + 1] (incl. the bonus)", 2)
+        for k, v in _CELL_DEFAULTS.items():
+            c.setdefault(k, list(v) if isinstance(v, list) else v)
+    return data
+
+
 def load(path: str | Path) -> dict[str, Any]:
-    """A scan result (a scan folder or its scan.json), checked through records.ScanResult."""
-    from ..documents.records import ScanResult
+    """A scan result (a scan folder or its scan.json): the bounded read (safeparse: a regular file
+    of at most DOC_LIMIT, no NaN, no 400-digit integer, limited depth) and the typed check, so
+    every command that reads a scan (compare, sweep --report, adaptive write --from, launch
+    --policy through the same reader in runtime/policy) refuses a bad one alike, with one line."""
     from .jsonio import read_json
 
     p = Path(path)
     f = p / "scan.json" if p.is_dir() else p
-    if not f.exists():
+    if not f.exists() and not f.is_symlink():
         raise UserError(f"{path}: no such file (a scan folder or its scan.json)", exit_code=2)
-    data = read_json(f)
-    ScanResult.from_json(data, str(f))
-    for i, c in enumerate(data["cells"]):
-        if not isinstance(c, dict) or not all(isinstance(c.get(k), int) for k in ("steps", "bs", "level")):
-            raise UserError(f"{f}: cells[{i}] needs integer steps, bs and level", exit_code=2)
+    data = read_json(f, what="a scan result")
+    check(data, str(f))
     backfill_client(data, f.parent)
     return data
 
 
 def is_scan(path: str | Path) -> bool:
+    """A scan folder, or a regular file whose first 4000 bytes name the scan schema (a FIFO or a
+    device is no scan: the reader then says what it is)."""
     p = Path(path)
-    f = p / "scan.json" if p.is_dir() else p
+    if p.is_dir():
+        return (p / "scan.json").exists() or (p / "scan.json").is_symlink()
+    f = p
     if not f.is_file():
         return False
     try:
-        head = f.read_text(encoding="utf-8", errors="replace")[:4000]
+        with open(f, "rb") as fh:
+            head = fh.read(4000).decode("utf-8", errors="replace")
     except OSError:
         return False
     return '"eagle3_scan/' in head

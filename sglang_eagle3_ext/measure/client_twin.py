@@ -11,7 +11,7 @@ from ..runtime.probes.window import (
     CYCLE,
     PHASES,
 )
-from ..runtime.safeparse import json_loads
+from ..runtime.safeparse import Unreadable, json_loads, read_text
 
 
 def read_client(path: str | Path) -> dict[str, Any]:
@@ -20,14 +20,14 @@ def read_client(path: str | Path) -> dict[str, Any]:
     server's counters), a ladder of them (``eagle3_ladder/1``: ``levels``, one such client per
     concurrency) or SGLang ``bench_serving`` output (a JSON object or JSONL of them, the
     last line counts: decode tok/s = 1000 / median TPOT, the TPOT excluding the first token)."""
-    from ..documents.bench_doc import LADDER_SCHEMA
+    from ..documents.bench_doc import LADDER_SCHEMA, LIMIT
     from ..documents.bench_doc import SCHEMA as BENCH_SCHEMA
 
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read ({exc.strerror or exc})", exit_code=2) from None
+    try:  # bounded, regular files only (safeparse): a FIFO or /dev/zero is one line, never a hang
+        text = read_text(p, what="a bench or bench_serving result", limit=LIMIT)
+    except Unreadable as exc:
+        raise UserError(str(exc), exit_code=2) from None
     lines = [ln for ln in text.splitlines() if ln.strip()]
     doc: Any = None
     try:

@@ -11,10 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..documents.bench_doc import LADDER_SCHEMA
+from ..documents.bench_doc import LADDER_SCHEMA, check_result
+from ..documents.bench_doc import LIMIT as BENCH_LIMIT
 from ..documents.bench_doc import SCHEMA as BENCH_SCHEMA
 from ..documents.jsonio import read_json
-from ..documents.records import BenchResult, SweepResults, amount_error
+from ..documents.records import BenchResult, amount_error
+from ..documents.sweep_doc import check_results
 from ..documents.text import clean
 from ..runtime.errors import UserError
 
@@ -28,37 +30,13 @@ def _num_or_none(x: Any) -> bool:
     return x is None or amount_error(x) is None
 
 
-def _checked(p: Path, doc: Any, where: str) -> dict[str, Any]:
-    """A bench document with the fields the table reads; one line naming the first missing one."""
-    summary = doc.get("summary") if isinstance(doc, dict) else None
-    if not isinstance(summary, dict):
-        raise UserError(f"{p}: {where} has no 'summary' object", exit_code=2)
-    for m in METRICS:
-        v = summary.get(m)
-        if v is None:
-            continue
-        if not isinstance(v, dict) or not all(k in v and _num_or_none(v[k]) for k in ("avg", "peak")):
-            got = {k: v.get(k) for k in ("avg", "peak")} if isinstance(v, dict) else v
-            raise UserError(f"{p}: {where} summary.{m} needs 'avg' and 'peak' as finite numbers >= 0 "
-                            f"(got {got!r:.80})", exit_code=2)
-    if not _num_or_none(summary.get("accept_length")):
-        raise UserError(f"{p}: {where} summary.accept_length is not a finite number >= 0", exit_code=2)
-    if doc.get("label") is not None and not isinstance(doc["label"], str):
-        raise UserError(f"{p}: {where} label is not text", exit_code=2)
-    return doc
-
-
 def _read(path: str | Path) -> Any:
     """One input file's JSON, or one line (exit 2) for a folder or an unreadable file."""
     p = Path(path)
     if p.is_dir():
         raise UserError(f"{p}: is a folder; give bench result files (or a sweep's results.json)",
                         exit_code=2)
-    try:
-        return read_json(p)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{p}: cannot read it ({getattr(exc, 'strerror', None) or exc})",
-                        exit_code=2) from None
+    return read_json(p, what="a bench, ladder, sweep or scan document", limit=BENCH_LIMIT)
 
 
 def load(paths: list[str]) -> list[dict[str, Any]]:
@@ -70,17 +48,14 @@ def load(paths: list[str]) -> list[dict[str, Any]]:
         schema = data.get("schema") if isinstance(data, dict) else None
         if schema == BENCH_SCHEMA:
             BenchResult.from_json(data, str(p))
-            docs.append(_checked(p, data, "the result"))
+            docs.append(check_result(data, str(p)))
         elif schema == LADDER_SCHEMA:
             raise UserError(f"{p}: a concurrency ladder; compare ladders with ladders only "
                             f"(every file a ladder)", exit_code=2)
         elif schema == SWEEP_SCHEMA:
-            configs = SweepResults.from_json(data, str(p)).configs
-            if not isinstance(configs, list) or not all(isinstance(c, dict) for c in configs):
-                raise UserError(f"{p}: 'configs' is not a list of objects", exit_code=2)
-            for c in configs:
+            for c in check_results(data, str(p))["configs"]:
                 if c.get("status") == "ok" and c.get("bench"):
-                    doc = dict(_checked(p, c["bench"], f"config {c.get('name')!r}"))
+                    doc = dict(c["bench"])
                     doc["label"] = str(c.get("name"))
                     doc["baseline"] = bool(c.get("baseline"))
                     docs.append(doc)
@@ -117,7 +92,7 @@ def rows(docs: list[dict[str, Any]], baseline: str | None = None,
     out = []
     for i, d in enumerate(docs):
         s = d["summary"]
-        avg, peak = s[metric]["avg"], s[metric]["peak"]
+        avg, peak = s[metric]["avg"], s[metric].get("peak")
         vs = None if i == b or not base_avg or avg is None else (avg / base_avg - 1.0) * 100.0
         out.append({"config": d.get("label"), "tok_s_avg": avg, "tok_s_peak": peak,
                     "accept_length": s.get("accept_length"),
@@ -176,9 +151,8 @@ def _scan_ladders(data: Any, origin: str) -> list[dict[str, Any]]:
     if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("eagle3_scan/"):
         return []
     from ..documents import scan_doc
-    from ..documents.records import ScanResult
 
-    ScanResult.from_json(data, origin)
+    scan_doc.check(data, origin)  # the scan reader's typed check (every scan reader refuses alike)
     out = []
     for s in sorted({c["steps"] for c in scan_doc.main_cells(data)}):
         levels = [{"concurrency": c["level"], "summary": {
@@ -199,7 +173,8 @@ def _scan_ladders(data: Any, origin: str) -> list[dict[str, Any]]:
 
 def _scan_path(p: str) -> str:
     q = Path(p)
-    return str(q / "scan.json") if q.is_dir() and (q / "scan.json").is_file() else p
+    f = q / "scan.json"
+    return str(f) if q.is_dir() and (f.exists() or f.is_symlink()) else p  # the reader says what it is
 
 
 def is_ladder_set(paths: list[str]) -> bool:

@@ -12,12 +12,12 @@ A prompt is either a string (sent as one user message) or a list of chat message
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from ..runtime.errors import UserError
-from ..runtime.safeparse import json_loads
+from ..runtime.safeparse import Unreadable, json_loads, read_bytes
 
+PROMPTS_LIMIT = 1 << 30  # ShareGPT_V3 is ~670 MB
 Prompt = str | list[dict[str, str]]
 
 _SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
@@ -95,12 +95,14 @@ def parse_prompts(text: str, path: str = "FILE") -> list[Prompt]:
 
 
 def load_prompts(path: str) -> list[Prompt]:
-    p = Path(path)
-    if not p.is_file():
-        raise _bad(path, "no such file" if not p.exists() else "not a file")
-    raw = p.read_bytes()
-    if b"\0" in raw[:8192]:
-        raise _bad(path, "binary file (expected text, a JSON list, chat JSONL or ShareGPT JSON)")
+    """The bounded read (safeparse: a regular file of at most 1 GiB; a binary head refused before
+    the rest is read), then ``parse_prompts``; UserError(2), one line."""
+    try:
+        raw = read_bytes(path, what="a prompt file (text, a JSON list, chat JSONL or ShareGPT JSON)",
+                         limit=PROMPTS_LIMIT, text=True)
+    except Unreadable as exc:
+        msg = str(exc)
+        raise _bad(path, msg[len(f"{path}: "):] if msg.startswith(f"{path}: ") else msg) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

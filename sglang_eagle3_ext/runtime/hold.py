@@ -45,7 +45,11 @@ class HoldDecider:
         c = self.counts.get(level, 0)
         self.counts[level] = c + 1
         self.block, steps = slot(c, self.block_len, self.candidates)
-        return steps if steps in built else current
+        # a scheduled step count with no runtime state (removed after init_states built them all)
+        # is returned as is, never swapped for the current one: stepctl.activate_hook logs it once
+        # and hands back to SGLang's own rule, which fails loud where its choice has no state
+        # (0.5.23 adaptive_runtime_state.py _activate: "Missing adaptive runtime state")
+        return steps
 
     def observe(self, correct_drafts_per_req: Sequence[int], batch_size: int, steps: int) -> None:
         self.observed += 1  # the schedule does not depend on acceptance

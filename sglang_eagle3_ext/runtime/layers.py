@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import UserError
-from .safeparse import json_loads
+from .safeparse import CONFIG_LIMIT, json_loads, read_text
 from .settings import AUX_LAYERS
 from .sglang_env import parse_version
 
@@ -113,7 +113,7 @@ def _local_config(path: Any) -> dict | None:
         return None
     f = Path(str(path)).expanduser() / "config.json"
     try:
-        data = json_loads(f.read_text(encoding="utf-8"))
+        data = json_loads(read_text(f, what="a model config", limit=CONFIG_LIMIT), strict=False)
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None

@@ -33,7 +33,6 @@ reporting counters (``take_window``) are kept apart and never feed a decision.
 from __future__ import annotations
 
 import bisect
-import json
 import math
 import sys
 from collections import Counter
@@ -41,6 +40,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .bounds import MAX_BATCH, MAX_COUNT, MAX_STEPS
+from .safeparse import load_json_file
 
 SCHEMA = "eagle3_scan/1"
 NAME = "policy"
@@ -104,8 +106,8 @@ def _flat_rate(accept_len: float, steps: int) -> float:
 
 
 def _num(v: Any, name: str, where: str, *, positive: bool = False) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise ValueError(f"{where}: {name} {v!r} is not a number")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and abs(v) < 2**53):
+        raise ValueError(f"{where}: {name} {v!r:.40} is not a finite number")
     if positive and v <= 0:
         raise ValueError(f"{where}: {name} {v!r} is not positive")
     return float(v)
@@ -190,6 +192,7 @@ def table_from_doc(doc: Any, graph_bs: Sequence[int] | None = None, source: str 
     if not isinstance(cells, list) or not cells:
         raise ValueError(f"{where}: no cells (the scan measured nothing)")
     raw: list[tuple[int, int, float, float, bool]] = []
+    main: list[bool] = []                               # per raw cell: its level's own batch size
     pos: dict[int, list[float]] = {}                    # position -> [rate x weight, weight]
     acc: dict[int, list[float]] = {}
     for n, c in enumerate(cells):
@@ -197,15 +200,17 @@ def table_from_doc(doc: Any, graph_bs: Sequence[int] | None = None, source: str 
         if not isinstance(c, Mapping):
             raise ValueError(f"{cw} is not an object")
         steps, bs = c.get("steps"), c.get("bs")
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-            raise ValueError(f"{cw}: steps {steps!r} is not a step count >= 0")
-        if isinstance(bs, bool) or not isinstance(bs, int) or bs < 1:
-            raise ValueError(f"{cw}: bs {bs!r} is not a batch size >= 1")
+        if isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps <= MAX_STEPS:
+            raise ValueError(f"{cw}: steps {steps!r} is not a step count 0..{MAX_STEPS}")
+        if isinstance(bs, bool) or not isinstance(bs, int) or not 1 <= bs <= MAX_BATCH:
+            raise ValueError(f"{cw}: bs {bs!r} is not a batch size 1..{MAX_BATCH}")
         if c.get("cycle_ms") is None:
             continue  # a cell the scan could not measure (interrupted): no cost, skipped
         ms = _num(c.get("cycle_ms"), "cycle_ms", cw, positive=True)
-        w = float(c["cycles"]) if isinstance(c.get("cycles"), int) and c["cycles"] > 0 else float(MIN_CELL_CYCLES)
+        n = c.get("cycles")
+        w = float(n) if isinstance(n, int) and not isinstance(n, bool) and 0 < n < MAX_COUNT else float(MIN_CELL_CYCLES)
         raw.append((steps, bs, ms, w, c.get("graph") is False))
+        main.append(is_main(c))
         if steps == 0:
             continue
         pp = c.get("per_position")
@@ -236,7 +241,7 @@ def table_from_doc(doc: Any, graph_bs: Sequence[int] | None = None, source: str 
             p[1] += w
     if not raw:
         raise ValueError(f"{where}: no cell has a cycle_ms")
-    raw = _drop_thin(raw)
+    raw = _drop_thin(raw, main)
     top = max(c[0] for c in raw)
     if top < 1:
         raise ValueError(f"{where}: only step 0 was measured: nothing to speculate with")
@@ -252,27 +257,62 @@ def table_from_doc(doc: Any, graph_bs: Sequence[int] | None = None, source: str 
                      list(graph_bs) if graph_bs else default_cuda_graph_bs(), source)
 
 
-MIN_CELL_CYCLES = 20  # a cell of fewer cycles (a batch size passed through while a level drains) is noise
+MIN_CELL_CYCLES = 20  # a drain cell of fewer cycles (a batch size passed through while a level drains) is noise
 
 
-def _drop_thin(raw: list[tuple[int, int, float, float, bool]]) -> list[tuple[int, int, float, float, bool]]:
-    """Leave out cells of fewer than MIN_CELL_CYCLES cycles where the same step count has fuller
-    ones: the scan keeps the drain batch sizes of a level (requests finishing one by one), whose
-    few cycles would bend the interpolation between the measured levels."""
-    full = {c[0] for c in raw if c[3] >= MIN_CELL_CYCLES}
-    return [c for c in raw if c[3] >= MIN_CELL_CYCLES or c[0] not in full]
+def is_main(cell: Mapping[str, Any]) -> bool:
+    """A cell measured at the batch size its level aimed at (``bs == level``); the others are a
+    level's drain batch sizes (requests finishing one by one). A cell without a level (a table
+    written by hand) counts as main. scan_doc.main_cells is this rule too."""
+    level = cell.get("level")
+    return level is None or cell.get("bs") == level
+
+
+def _drop_thin(raw: list[tuple[int, int, float, float, bool]], main: list[bool]
+               ) -> list[tuple[int, int, float, float, bool]]:
+    """Leave out thin drain cells (fewer than MIN_CELL_CYCLES cycles, not at their level's batch
+    size) whose batch size lies between main cells of the same step count: their few cycles
+    would bend the interpolation between measured levels. A level's main cells are always kept,
+    however few cycles they hold (issue 34 case 4: a 10-cycle main cell dropped for a 20-cycle
+    one at another batch size made the policy cost it by extrapolation and pick the worst step
+    count), and so is a drain cell outside the span (dropping it would replace a measured cost by
+    an extrapolated one)."""
+    span: dict[int, tuple[int, int]] = {}
+    for (steps, bs, *_), m in zip(raw, main, strict=True):
+        if m:
+            lo, hi = span.get(steps, (bs, bs))
+            span[steps] = (min(lo, bs), max(hi, bs))
+    keep = []
+    for c, m in zip(raw, main, strict=True):
+        steps, bs, _, w, _ = c
+        lo, hi = span.get(steps, (bs + 1, bs - 1))
+        if m or w >= MIN_CELL_CYCLES or not lo < bs < hi:
+            keep.append(c)
+    return keep
+
+
+def scan_file(path: str | Path) -> Path:
+    """The scan.json a path names: the file itself, or scan.json inside a scan folder (every other
+    reader of a scan takes either); ValueError for ``~user`` of an unknown user."""
+    try:
+        p = Path(path).expanduser()
+    except RuntimeError:
+        raise ValueError(f"{path}: names the home folder of an unknown user") from None
+    return p / "scan.json" if p.is_dir() else p
 
 
 def load_table(path: str | Path, graph_bs: Sequence[int] | None = None) -> ScanTable:
-    """Read and check a scan result file; ValueError (one line) on anything unusable."""
-    p = Path(path).expanduser()
+    """Read and check a scan result file (or folder) with the bounded reader every document
+    reader uses (safeparse: a regular file of at most DOC_LIMIT, finite numbers, integers of sane
+    size, limited depth); ValueError (one line) on anything unusable, nothing else."""
+    p = scan_file(path)
+    doc = load_json_file(p, what="a scan result")
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ValueError(f"{p}: cannot be read ({exc.strerror or exc})") from None
-    except ValueError as exc:
-        raise ValueError(f"{p}: not JSON ({exc})") from None
-    return table_from_doc(doc, graph_bs, str(p))
+        return table_from_doc(doc, graph_bs, str(p))
+    except ValueError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a shape table_from_doc did not foresee: one line still
+        raise ValueError(f"{p}: not a usable scan result ({type(exc).__name__}: {exc})") from None
 
 
 # ------------------------------------------------------------------ the decider

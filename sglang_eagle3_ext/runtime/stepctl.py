@@ -241,7 +241,10 @@ def make_decider(name: str, info: ControllerInfo, environ: Mapping[str, str] | N
         except ImportError as exc:
             raise ValueError(f"{settings.POLICY.name} is set but the policy decider is not installed "
                              f"({exc})") from None
-        return mod.make_decider(info, settings.POLICY.get(environ))  # type: ignore[no-any-return]
+        path, problem = settings.POLICY.read(environ)
+        if problem:  # e.g. "~nouser/x": the reason, not "the policy needs a scan result file"
+            raise ValueError(problem)
+        return mod.make_decider(info, path)  # type: ignore[no-any-return]
     raise ValueError(f"unknown decider {name!r}")
 
 
@@ -276,6 +279,9 @@ def init_hook(name: str, check: Callable[[], list[str]], refuse: str | None = No
             decider = make_decider(name, info)
         except ValueError as exc:
             raise RuntimeError(f"sglang-eagle3-ext: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - whatever the input did: one line, the server refuses
+            raise RuntimeError(f"sglang-eagle3-ext: {name} decider not built ({type(exc).__name__}: "
+                               f"{str(exc)[:200]})") from None
         install(decider)
         logger.info("step control: %s decider installed (%s)", name, getattr(decider, "describe", lambda: "")())
         return out
@@ -292,7 +298,8 @@ def activate_hook(original: Callable[..., Any], self: Any, batch_size: int, *arg
         current = self.worker.speculative_num_steps
         target = d.choose(int(batch_size), current, built)
         if target not in self._states:
-            raise ValueError(f"decider chose {target}, not a built state {built}")
+            raise ValueError(f"its choice, steps {target}, has no runtime state (built: {built}); SGLang's "
+                             "own _activate raises 'Missing adaptive runtime state' for it")
     except Exception as exc:  # noqa: BLE001 - never raise into SGLang: its own rule decides
         _warn_once("choose", "step control: %s decider failed (%s); SGLang's own rule decides from now on",
                    getattr(d, "name", "?"), exc)

@@ -19,7 +19,9 @@ import sys
 from pathlib import Path
 
 from ..runtime import settings
+from ..runtime.bounds import MAX_DRAFT_TOKENS, MAX_STEPS, MAX_TOPK
 from ..runtime.errors import UserError
+from ..runtime.safeparse import MIB, Unreadable, json_loads, read_text
 from ..runtime.settings import (
     AUX_LAYERS,
     NCCL,
@@ -178,6 +180,11 @@ def _check_spec_values(cfg: LaunchConfig, extra: dict[str, str | bool]) -> None:
         raise _fail(f"--topk {topk}: must be >= 1")
     if ndt < 1:
         raise _fail(f"--draft-tokens {ndt}: must be >= 1")
+    # no upper bound in SGLang: --steps 1000000 would start and size buffers for it (runtime/bounds.py)
+    for flag, v, top in (("--steps", steps, MAX_STEPS), ("--topk", topk, MAX_TOPK), ("--draft-tokens", ndt, MAX_DRAFT_TOKENS)):
+        if v > top:
+            raise _fail(f"{flag} {v}: at most {top} (runtime/bounds.py: far above any EAGLE-3 draft; SGLang's "
+                        "default adaptive tiers stop at 7 steps)")
     if topk == 1 and ndt != steps + 1:
         # SGLang rewrites ndt := steps + 1 with only a warning, every release
         # (0.4.10.post2 server_args.py:576; 0.5.9 server_args.py:2448; 0.5.23 speculative_hook.py:1256-1266).
@@ -228,8 +235,13 @@ def apply_adaptive(cfg: LaunchConfig, env: SGLangEnv, extra: dict[str, str | boo
                         f"with {why} and would fall back to static speculation "
                         f"(speculative/adaptive_spec_params.py adaptive_unsupported_reason)")
     path = Path(cfg.adaptive).expanduser()
-    if not path.is_file():
-        raise _fail(f"--adaptive {cfg.adaptive}: no such file (write one with `sgl-eagle3 adaptive write`)")
+    try:  # bounded and regular-file-only before SGLang's loader (which reads whatever it is given)
+        json_loads(read_text(path, what="an adaptive config", limit=MIB))
+    except Unreadable as exc:
+        hint = " (write one with `sgl-eagle3 adaptive write`)" if "no such file" in str(exc) else ""
+        raise _fail(f"--adaptive {exc}{hint}") from None
+    except ValueError as exc:
+        raise _fail(f"--adaptive {cfg.adaptive}: not JSON ({exc})") from None
     loader = adaptive.release_loader(env.package_dir)
     mismatch = loader.format_mismatch(path)
     if mismatch:
@@ -240,8 +252,11 @@ def apply_adaptive(cfg: LaunchConfig, env: SGLangEnv, extra: dict[str, str | boo
     except (ValueError, AssertionError, KeyError, TypeError, AttributeError) as exc:
         raise _fail(f"--adaptive {cfg.adaptive}: SGLang {env.version}'s own loader refuses it "
                     f"({loader.source}): {exc}") from exc
-    target = adaptive.launch_steps(tiers)
     union = sorted({s for v in tiers.values() for s in v})
+    if union and max(union) > MAX_STEPS:  # it would reach SGLang as --speculative-num-steps
+        raise _fail(f"--adaptive {cfg.adaptive}: candidate step {max(union)} is above {MAX_STEPS} (one runtime "
+                    "state with its own CUDA graphs per candidate; SGLang's default tiers stop at 7)")
+    target = adaptive.launch_steps(tiers)
     shown = ", ".join(f"{k}: {v}" for k, v in sorted(tiers.items()))
     notes = [f"adaptive config {path} as SGLang {env.version} reads it ({loader.format}): {{{shown}}}"]
     if cfg.steps is not None:

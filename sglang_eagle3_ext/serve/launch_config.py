@@ -20,7 +20,7 @@ import yaml
 
 from ..runtime.errors import UserError
 from ..runtime.resources import data_dir
-from ..runtime.safeparse import yaml_load
+from ..runtime.safeparse import yaml_file
 
 REPO_LAUNCH_DIR = data_dir("launch")
 DEFAULT_PORT = 30000
@@ -263,11 +263,7 @@ def load_preset(path_or_name: str) -> LaunchConfig:
     """Read ``launch/<name>.yaml`` (or any YAML file); UserError(2) if malformed or unknown keys."""
     path = _find_preset(path_or_name)
     try:
-        data = yaml_load(path.read_bytes().decode("utf-8"), f"preset {path}")
-    except UnicodeDecodeError as exc:
-        raise UserError(f"preset {path}: not a text file (byte {exc.start} is not UTF-8)", 2) from None
-    except OSError as exc:
-        raise UserError(f"preset {path}: cannot read it ({exc.strerror})", 2) from None
+        data = yaml_file(path, f"preset {path}")  # bounded: a regular file of at most 4 MiB (safeparse)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""

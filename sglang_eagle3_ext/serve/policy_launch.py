@@ -30,6 +30,7 @@ from pathlib import Path
 
 from ..runtime import policy
 from ..runtime.errors import UserError
+from ..runtime.safeparse import load_json_file, read_bytes
 from ..runtime.settings import HOLD, POLICY
 from ..runtime.sglang_env import SGLangEnv, parse_version
 from .launch_config import LaunchConfig
@@ -58,7 +59,7 @@ def policy_config_path(scan: Path) -> Path:
     """Where the adaptive config for this scan goes (one per scan file and content)."""
     from ..runtime.resources import cache_root
 
-    digest = hashlib.sha1(str(scan).encode() + b"\0" + scan.read_bytes()).hexdigest()[:12]
+    digest = hashlib.sha1(str(scan).encode() + b"\0" + read_bytes(scan, what="a scan result")).hexdigest()[:12]
     return cache_root() / "policy" / f"adaptive-{scan.stem}-{digest}.json"
 
 
@@ -71,7 +72,10 @@ def apply_policy(cfg: LaunchConfig, env: SGLangEnv, extra: dict[str, str | bool]
     """
     if not cfg.policy:
         return []
-    scan = Path(cfg.policy).expanduser().absolute()
+    try:
+        scan = policy.scan_file(cfg.policy).absolute()  # a scan folder names its scan.json
+    except ValueError as exc:
+        raise _fail(f"--policy {exc}") from None
     if cfg.env.get(POLICY.name) == str(scan) and cfg.adaptive:
         return []
     if cfg.adaptive:
@@ -90,12 +94,11 @@ def apply_policy(cfg: LaunchConfig, env: SGLangEnv, extra: dict[str, str | bool]
     if cfg.topk is not None and cfg.topk != 1:
         raise _fail(f"--policy with --topk {cfg.topk}: SGLang's adaptive speculation, which the policy "
                     f"drives, supports topk 1 only")
-    if not scan.is_file():
-        raise _fail(f"--policy {cfg.policy}: no such file (the scan.json `sgl-eagle3 scan` writes)")
-    try:
+    try:  # the reader SGLang's processes use (bounded, regular files only): what passes here loads there
         table = policy.load_table(scan)
     except ValueError as exc:
-        raise _fail(f"--policy: {exc}") from None
+        hint = " (give the scan.json `sgl-eagle3 scan` writes, or its folder)" if "no such file" in str(exc) else ""
+        raise _fail(f"--policy {exc}{hint}") from None
     doc, cands, dropped = _adaptive_config(table, env)
     out = policy_config_path(scan)
     _write_config(out, doc)
@@ -137,8 +140,8 @@ def _reach_notes(scan: Path, cands: list[int]) -> list[str]:
 def _mismatch_notes(scan: Path, cfg: LaunchConfig, env: SGLangEnv) -> list[str]:
     """The scan's costs are this server's only if it measured the same release, target and draft."""
     try:
-        doc = json.loads(scan.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        doc = load_json_file(scan, what="a scan result")  # read and checked by load_table just before
+    except ValueError:
         return []
     notes = []
     v = doc.get("sglang_version")

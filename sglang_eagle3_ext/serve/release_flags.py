@@ -8,7 +8,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..runtime.errors import UserError
-from ..runtime.safeparse import json_loads
+from ..runtime.safeparse import CONFIG_LIMIT, json_loads, read_text
 from ..runtime.sglang_env import SGLangEnv
 
 _FLAG_RE = re.compile(r"^--[a-z0-9][a-z0-9-]*$")
@@ -79,7 +79,7 @@ def read_architecture(path: str | Path, what: str) -> str:
     if not cfg_file.is_file():
         raise UserError(f"{what} {p}: no config.json inside (is this a model folder?)", 2)
     try:
-        cfg = json_loads(cfg_file.read_text(encoding="utf-8"))
+        cfg = json_loads(read_text(cfg_file, what="a model config", limit=CONFIG_LIMIT), strict=False)
     except (OSError, ValueError) as exc:
         raise UserError(f"{what} {cfg_file}: cannot read it as JSON ({exc})", 2) from exc
     archs = cfg.get("architectures") if isinstance(cfg, dict) else None

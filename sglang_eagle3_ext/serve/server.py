@@ -29,6 +29,7 @@ from typing import Any
 
 from ..runtime.errors import UserError
 from ..runtime.resources import cache_root
+from ..runtime.safeparse import MIB, Unreadable, json_loads, read_bytes
 from ..runtime.settings import POLICY
 from .flags import build_command, node_commands
 from .launch_config import (
@@ -110,13 +111,30 @@ def port_in_use(host: str, port: int) -> bool:
 
 
 def pgid_alive(pgid: int) -> bool:
+    """Some process of the group still runs. A zombie is not running: a server stopped by `stop`
+    while the command that started it (a scan) has not reaped its leader yet is gone."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    return _non_zombie_in(pgid)
+
+
+def _non_zombie_in(pgid: int) -> bool:
+    try:
+        entries = [d for d in Path("/proc").iterdir() if d.name.isdigit()]
+    except OSError:
+        return True  # no /proc to look in: the signal test is all we have
+    for d in entries:
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":  # state, ppid, pgrp
+            return True
+    return False
 
 
 def kill_group(pgid: int, grace: float = DEFAULT_GRACE, proc: subprocess.Popen | None = None) -> None:
@@ -151,11 +169,15 @@ class Server:
     """
 
     def __init__(self, cfg: LaunchConfig, *, environ: dict[str, str] | None = None,
-                 on_status: Callable[[str], None] | None = None, grace: float = DEFAULT_GRACE) -> None:
+                 on_status: Callable[[str], None] | None = None, grace: float | None = None,
+                 pid_file: Path | None = None) -> None:
         self.cfg = cfg
         self.environ = dict(os.environ if environ is None else environ)
         self.on_status = on_status
-        self.grace = grace
+        self.grace = DEFAULT_GRACE if grace is None else grace
+        # written as soon as the group exists (before the health wait), removed once it is stopped:
+        # `stop --all` finds a server a command is still starting or driving (scan)
+        self.pid_file = pid_file
         self.proc: subprocess.Popen | None = None
         self.pgid: int | None = None
         self.status = "not started"
@@ -193,14 +215,27 @@ class Server:
             raise UserError(f"port {self.cfg.port} on {self.cfg.host} is already in use "
                             f"(another server? `sgl-eagle3 stop --all`, or pick --port)", 2)
         argv, add = self.command()
+        from .stepenv import refuse_exported
+
+        refuse_exported("sgl-eagle3", self.environ, add)  # every caller: never silently drive a server
         env = dict(self.environ)
         env.update(add)
+        if self.log_path.is_symlink():  # "wb" would truncate whatever it points at
+            raise UserError(f"log {self.log_path}: a symbolic link; refused (the log is truncated at the "
+                            "start: its target would be lost); give another --log", 2)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True,
                                          close_fds=True)
         self.pgid = self.proc.pid  # start_new_session: the leader's pid is the group id
+        if self.pid_file is not None:
+            try:
+                write_pid_file(self, self.pid_file)
+            except OSError as exc:  # checked before the start (check_pid_file); changed meanwhile
+                self.stop()
+                raise UserError(f"pid file {self.pid_file}: could not write it ({exc.strerror or exc}); "
+                                "stopped the server (`stop --all` could not have found it)", 1) from None
         self._set_status("starting")
         if wait:
             self.wait_healthy(timeout)
@@ -234,6 +269,9 @@ class Server:
         if self.proc is None or self.pgid is None:
             return None
         kill_group(self.pgid, self.grace if grace is None else grace, self.proc)
+        if self.pid_file is not None and not pgid_alive(self.pgid):
+            with contextlib.suppress(OSError):
+                self.pid_file.unlink()
         self._read_log()
         self._set_status("stopped")
         return self.proc.returncode
@@ -364,13 +402,14 @@ def write_pid_file(server: Server, path: Path) -> Path:
 def read_pid_file(path: Path) -> dict[str, Any]:
     """A pid file written by `launch --detach`, checked field by field: `stop` signals only a
     group it recorded (pgid == leader pid > 1, not our own group) and can verify (argv)."""
-    try:
-        info = json.loads(path.read_bytes().decode("utf-8"))
-    except FileNotFoundError as exc:
-        raise UserError(f"pid file {path}: not found", 2) from exc
-    except IsADirectoryError as exc:
-        raise UserError(f"pid file {path}: is a folder", 2) from exc
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    try:  # bounded, regular files only: a FIFO in the pid folder never hangs `stop --all`
+        info = json_loads(read_bytes(path, what="a pid file", limit=MIB).decode("utf-8"))
+    except Unreadable as exc:
+        why = str(exc).split(": ", 1)[-1]
+        if "no such file" in why:
+            raise UserError(f"pid file {path}: not found", 2) from None
+        raise UserError(f"pid file {path}: {'is a folder' if 'folder' in why else 'unreadable (' + why + ')'}", 2) from None
+    except (UnicodeDecodeError, ValueError) as exc:
         raise UserError(f"pid file {path}: unreadable ({exc})", 2) from exc
     if not isinstance(info, dict) or not _is_int(info.get("pgid")):
         raise UserError(f"pid file {path}: no pgid in it (not written by sgl-eagle3 launch --detach?)", 2)

@@ -126,6 +126,8 @@ def table_from_sweep(doc: dict[str, Any], predicted: bool = False
             continue
         if not c.get("baseline") and c.get("topk") not in (None, 1):
             continue
+        if not c.get("baseline") and c.get("steps") is None:
+            continue  # a speculative config without its step count: nothing to place
         steps = 0 if c.get("baseline") else int(c["steps"])
         ladder = c.get("ladder")
         if ladder:
@@ -133,7 +135,7 @@ def table_from_sweep(doc: dict[str, Any], predicted: bool = False
                 put(int(lv["concurrency"]), steps, lv["summary"]["per_stream_tok_s"], "measured")
         else:
             b = c["bench"]
-            put(int(b["params"].get("concurrency", 1)), steps,
+            put(int((b.get("params") or {}).get("concurrency") or 1), steps,
                 b["summary"]["decode_tok_s"]["avg"], "measured")
     for r in (((doc.get("analysis") or {}).get("tiers") or {}).get("predicted", []) or []) if predicted else []:
         put(int(r["batch_size"]), int(r["steps"]), r.get("per_stream_tok_s"), "predicted")
@@ -143,8 +145,7 @@ def table_from_sweep(doc: dict[str, Any], predicted: bool = False
 def load_measurements(path: str | Path, predicted: bool = False
                       ) -> tuple[Table, dict[tuple[int, int], str], str]:
     """--from: a sweep folder or its results.json, or a scan folder or its scan.json."""
-    from ..documents import scan_doc
-    from ..documents.jsonio import read_json
+    from ..documents import scan_doc, sweep_doc
 
     p = Path(path)
     if scan_doc.is_scan(p):
@@ -154,11 +155,10 @@ def load_measurements(path: str | Path, predicted: bool = False
             raise UserError(f"--from {path}: the scan has no measured cell at its levels' batch sizes", 2)
         return table, {(bs, s): "measured" for bs, row in table.items() for s in row}, str(p)
     f = p / "results.json" if p.is_dir() else p
-    if not f.exists():
+    if not f.exists() and not f.is_symlink():
         raise UserError(f"--from {path}: no such file (a sweep folder or its results.json)", 2)
-    doc = read_json(f)
-    if not isinstance(doc, dict) or doc.get("schema") != "eagle3_sweep/1":
-        raise UserError(f"--from {f}: not a sweep results file (eagle3_sweep/1)", exit_code=2)
+    doc = sweep_doc.load_results(f, missing_ok=False, folders=False)  # the one results reader: bounded, typed
+    assert doc is not None
     table, source = table_from_sweep(doc, predicted)
     if not table:
         raise UserError(f"--from {f}: no finished topk-1 or no-spec configuration", exit_code=2)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..documents.scan_doc import SCHEMA, STEP0_LABEL, best_static, client_aggregate, table
+from ..runtime.bounds import MAX_COUNT, MAX_STEPS
 from ..runtime.errors import UserError
 from .scan_cells import RecordTail, cell, coverage, merge_keys, merged_cycles, probe_mix
 from .scan_memory import estimate_memory, log_graph_memory, remeasure
@@ -46,13 +47,13 @@ def parse_steps(text: str) -> list[int]:
             part = part.strip()
             if not part:
                 continue
-            if "-" in part:
-                lo, hi = (int(x) for x in part.split("-", 1))
-                if hi < lo:
-                    raise ValueError(part)
-                out.update(range(lo, hi + 1))
-            else:
-                out.add(int(part))
+            lo, hi = (int(x) for x in part.split("-", 1)) if "-" in part else (int(part), int(part))
+            if hi < lo:
+                raise ValueError(part)
+            if hi > MAX_STEPS:  # before a list is built: 0-9999999999 exhausted the machine's memory
+                raise UserError(f"--steps {text!r}: at most {MAX_STEPS} steps (one runtime state with its own "
+                                "CUDA graphs per candidate; SGLang's default tiers stop at 7)", exit_code=2)
+            out.update(range(lo, hi + 1))
     except ValueError:
         raise UserError(f"--steps {text!r}: a range like 0-5 or a list like 1,2,3", exit_code=2) from None
     if len(out) < 2 or min(out) < 0:
@@ -79,10 +80,17 @@ class ScanOptions:
     model: str | None = None       # the request's model name (default: /v1/models)
 
     def check(self) -> None:
+        """Every option before anything starts (a bad --within was refused only after the scan)."""
         if self.block < 1 or self.min_cycles < 1 or self.max_tokens < 2 or self.warmup < 0:
             raise UserError("--block and --min-cycles must be >= 1, --max-tokens >= 2, --warmup >= 0", exit_code=2)
-        if not self.level_time_s > 0:
-            raise UserError("--time-limit must be > 0 seconds", exit_code=2)
+        if max(self.block, self.min_cycles, self.max_tokens, self.warmup) > MAX_COUNT:
+            raise UserError(f"--block, --min-cycles, --max-tokens and --warmup must be at most {MAX_COUNT}", 2)
+        if not 0 < self.level_time_s < float("inf"):
+            raise UserError(f"--time-limit {self.level_time_s}: must be a finite number > 0 seconds", exit_code=2)
+        if not 0 <= self.within_pct < 100:  # NaN too: adaptive.choose's rule, said at once
+            raise UserError(f"--within {self.within_pct}: a percentage in [0, 100)", exit_code=2)
+        if self.baseline_runs < 1 or (self.profile_every is not None and self.profile_every < 1):
+            raise UserError("--baseline-runs and --profile-every must be >= 1", exit_code=2)
 
 
 def tier_reasons(choices: list[Any], within_pct: float) -> dict[str, str]:
@@ -205,7 +213,8 @@ def drive_level(srv_url: str, opts: ScanOptions, ls: LevelState, tail: RecordTai
                               f"is --max-running-requests below {ls.level}?")
             return model
         absent = [s for s in opts.candidates if not cov.get(s)]
-        if absent and all(cov.get(s, 0) >= 2 * opts.min_cycles for s in opts.candidates if s not in absent):
+        if absent and len(absent) < len(opts.candidates) and all(
+                cov.get(s, 0) >= 2 * opts.min_cycles for s in opts.candidates if s not in absent):
             # the schedule visited them (it rotates every block), but the probes matched no accept
             # counts to their cycles: waiting longer would not help
             ls.stop_reason = (f"steps {absent}: no steady cycle with accept counts at batch size {ls.level} while "
@@ -259,12 +268,14 @@ def ladder_doc(doc: dict[str, Any], url: str) -> dict[str, Any] | None:
             "levels": levels}
 
 
-def bench_baseline(url: str, opts: ScanOptions, log: Callable[[str], None]) -> dict[str, Any]:
-    """The plain (no-spec) server at every level: the true baseline."""
+def bench_baseline(url: str, opts: ScanOptions, log: Callable[[str], None],
+                   out: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The plain (no-spec) server at every level: the true baseline. Levels land in ``out`` as
+    they finish, so an interrupt in a later level keeps the earlier ones."""
     from ..documents import bench_doc
     from ..measure import bench
 
-    out = {}
+    out = {} if out is None else out
     for n in opts.levels:
         b = bench.run_bench(bench.BenchOptions(url=url, runs=opts.baseline_runs, warmup=1, max_tokens=opts.max_tokens,
                                                prompts=list(opts.prompts) or [bench.DEFAULT_PROMPT], concurrency=n,
@@ -319,11 +330,13 @@ def run_scan(opts: ScanOptions, cfg: Any, out_dir: Path, *, version: str, loader
         if opts.baseline and baseline_cfg is not None:
             log("starting the plain (no-spec) server for the true baseline")
             bsrv = factory(baseline_cfg)
+            doc["baseline"] = {}
             try:
                 bsrv.start(wait=True)
-                doc["baseline"] = bench_baseline(bsrv.url, opts, log)
+                bench_baseline(bsrv.url, opts, log, doc["baseline"])
             finally:
                 bsrv.stop()
+                doc["baseline"] = doc["baseline"] or None  # the levels measured before an interrupt
     except KeyboardInterrupt:
         doc["interrupted"] = True
         log("interrupted: stopping the server, keeping what was measured")

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from pathlib import Path
 from typing import Any
 
+from ..documents.prof_records import _check_record
 from ..runtime.errors import UserError
+from ..runtime.safeparse import json_loads
 
 # ------------------------------------------------------------------ probe records (eagle3_prof/3)
 
@@ -44,12 +45,11 @@ class RecordTail:
         for line in data[:end].splitlines():
             if not line.strip():
                 continue
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue  # a torn line of a crashed writer: the probes' own loader reports those
-            if isinstance(rec, dict):
-                out.append(rec)
+            try:  # the probe file's own checks (prof_records): a bad record never reaches a cell
+                rec = _check_record(json_loads(line), str(self.path))
+            except (ValueError, UserError):
+                continue  # a torn line of a crashed writer: `profile` names such lines
+            out.append(rec)
         return out
 
 

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
+
+from ..runtime.safeparse import CONFIG_LIMIT, json_loads, read_text
 
 # ------------------------------------------------------------------ memory of N states (estimate)
 
 
 def _cfg_json(path: str | None) -> dict[str, Any]:
     try:
-        data = json.loads((Path(str(path)).expanduser() / "config.json").read_text())
+        data = json_loads(read_text(Path(str(path)).expanduser() / "config.json", what="a model config",
+                                    limit=CONFIG_LIMIT), strict=False)
     except (OSError, ValueError, TypeError):
         return {}
     return data.get("text_config", data) if isinstance(data, dict) else {}

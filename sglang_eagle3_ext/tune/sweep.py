@@ -22,12 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from ..documents.jsonio import write_json
-from ..documents.records import SweepResults
 from ..measure.bench import BenchOptions, run_bench, run_ladder
+from ..runtime.bounds import MAX_DRAFT_TOKENS, MAX_STEPS, MAX_TOPK
 from ..runtime.errors import UserError
-from ..runtime.safeparse import json_loads, yaml_load
+from ..runtime.safeparse import yaml_file
 
 SCHEMA = "eagle3_sweep/1"
+MAX_CONFIGS = 10_000
 MATRIX_KEYS = ("steps", "topk", "draft_tokens", "nccl", "custom_all_reduce")
 MATRIX_EXTRA = ("trees",)  # explicit [steps, topk, draft tokens] items besides the product
 TOP_KEYS = {"name", "preset", "launch", "matrix", "baseline", "profile", "profile_every",
@@ -103,13 +104,7 @@ def load_spec(path: str | Path) -> SweepSpec:
 
     p = Path(path)
     try:
-        data = yaml_load(p.read_bytes().decode("utf-8"), str(p))
-    except FileNotFoundError as exc:
-        raise UserError(f"{p}: no such sweep file", exit_code=2) from exc
-    except UnicodeDecodeError as exc:
-        raise UserError(f"{p}: not a text file (byte {exc.start} is not UTF-8)", exit_code=2) from None
-    except OSError as exc:
-        raise UserError(f"{p}: cannot read it ({exc.strerror})", exit_code=2) from None
+        data = yaml_file(p, str(p))  # bounded: a regular file of at most 4 MiB (safeparse)
     except yaml.YAMLError as exc:
         raise UserError(f"{p}: invalid YAML ({str(exc).splitlines()[0]})", exit_code=2) from exc
     if not isinstance(data, dict):
@@ -144,18 +139,23 @@ def load_spec(path: str | Path) -> SweepSpec:
     dt_l = _list(matrix.get("draft_tokens", "auto"))
     nccl_l = [_nccl(v) for v in _list(matrix.get("nccl", None))]
     car_l = [_onoff(v, str(p)) for v in _list(matrix.get("custom_all_reduce", True))]
-    for name, vals in (("steps", steps_l), ("topk", topk_l)):
-        if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in vals):
-            raise UserError(f"{p}: matrix.{name} must be positive integers"
+    for name, vals, top in (("steps", steps_l, MAX_STEPS), ("topk", topk_l, MAX_TOPK)):
+        if any(isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= top for v in vals):
+            raise UserError(f"{p}: matrix.{name} must be positive integers (1..{top})"
                             + (" (steps 0 = the no-spec baseline)" if name == "steps" else ""), exit_code=2)
-    if any(v != "auto" and (isinstance(v, bool) or not isinstance(v, int) or v < 2) for v in dt_l):
-        raise UserError(f"{p}: matrix.draft_tokens are integers >= 2 or 'auto'", exit_code=2)
+    if any(v != "auto" and (isinstance(v, bool) or not isinstance(v, int) or not 2 <= v <= MAX_DRAFT_TOKENS)
+           for v in dt_l):
+        raise UserError(f"{p}: matrix.draft_tokens are integers 2..{MAX_DRAFT_TOKENS} or 'auto'", exit_code=2)
+    n = len(steps_l) * len(topk_l) * len(dt_l) * len(nccl_l) * len(car_l)
+    if n > MAX_CONFIGS:  # before the product is built (a few lines of YAML can ask for billions)
+        raise UserError(f"{p}: the matrix asks for {n} configs; a sweep runs at most {MAX_CONFIGS} "
+                        "(one server start each)", exit_code=2)
     trees_l = []
     for t in _list(matrix.get("trees", [])):
         ok = (isinstance(t, list) and len(t) == 3
               and all(isinstance(v, int) and not isinstance(v, bool) for v in t))
-        if not ok or t[0] < 1 or t[1] < 1 or t[2] < 2 or (t[1] == 1 and t[2] != t[0] + 1) \
-                or t[0] * t[1] + 1 < t[2]:
+        if not ok or not 1 <= t[0] <= MAX_STEPS or not 1 <= t[1] <= MAX_TOPK or t[2] < 2 \
+                or (t[1] == 1 and t[2] != t[0] + 1) or t[0] * t[1] + 1 < t[2]:
             raise UserError(f"{p}: matrix.trees items are [steps, topk, draft_tokens] with "
                             f"steps*topk+1 >= draft_tokens >= 2 (topk 1: steps+1), got {t!r}", exit_code=2)
         trees_l.append(tuple(t))
@@ -238,28 +238,10 @@ def default_factory(cfg: Any, sglang_root: str | None) -> Any:
 
 
 def load_results(path: Path) -> dict[str, Any] | None:
-    if not path.exists():
-        return None
-    try:
-        data = json_loads(path.read_bytes().decode("utf-8"))
-    except (ValueError, OSError) as exc:  # UnicodeDecodeError is a ValueError
-        raise UserError(f"{path}: unreadable results file ({exc}); move it away to start over",
-                        exit_code=2) from None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise UserError(f"{path}: not a sweep results file", exit_code=2)
-    configs = SweepResults.from_json(data, str(path)).configs
-    if not isinstance(configs, list) or not all(
-            isinstance(c, dict) and isinstance(c.get("name"), str) and isinstance(c.get("slug"), str)
-            and c["slug"] and "/" not in c["slug"] and c["slug"] not in (".", "..")
-            and isinstance(c.get("status"), str) for c in configs):
-        raise UserError(f"{path}: damaged sweep results ('configs' must be a list of objects with "
-                        "name, slug and status)", exit_code=2)
-    from ..measure.compare import _checked  # the bench fields the table and the analysis read
+    """The results file (documents/sweep_doc.py: the one bounded, typed reader); None if absent."""
+    from ..documents.sweep_doc import load_results as _load
 
-    for c in configs:
-        if c.get("bench"):
-            _checked(path, c["bench"], f"config {c['name']!r}")
-    return data
+    return _load(path)
 
 
 def _tail_of(srv: Any, exc: BaseException | None) -> list[str]:

@@ -35,7 +35,7 @@ from typing import Any
 
 from ..runtime.errors import UserError
 from ..runtime.probes.window import ALL_PHASES
-from ..runtime.safeparse import json_loads
+from ..runtime.safeparse import LOG_LIMIT, Unreadable, json_loads, read_text
 
 PHASES = ALL_PHASES  # draft, verify, extend, other, cycle (probes/window.py)
 
@@ -52,7 +52,11 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
     p = Path(path)
     if not p.exists():
         return out
-    for line in p.read_text(encoding="utf-8", errors="replace").splitlines():
+    try:  # the probes' bounded read (a regular file of at most LOG_LIMIT; never a FIFO's hang)
+        text = read_text(p, what="a probe file", limit=LOG_LIMIT, errors="replace")
+    except Unreadable as exc:
+        raise UserError(str(exc), exit_code=2) from None
+    for line in text.splitlines():
         line = line.strip()
         if not line.startswith("{"):
             continue

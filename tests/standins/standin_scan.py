@@ -17,7 +17,8 @@ as the profiler holds them (phase ms, join bits, accept counts, the configuratio
 cost model's (as GPU timers would report), split draft 0.4 s / verify / extend 0.2 / other 0.3.
 The streams are OpenAI-compatible (usage, sglext spec_verify_ct), like tests/standin_openai.py.
 STANDIN_SCAN_SLOW=X multiplies every cycle; STANDIN_SCAN_CRASH=1 fails the start;
-STANDIN_SCAN_NO_ACCEPT=0,.. : those step counts report no accept counts (their cycles never key).
+STANDIN_SCAN_NO_ACCEPT=0,.. : those step counts report no accept counts (their cycles never key);
+STANDIN_SCAN_IGNORE_TERM=1 ignores SIGTERM; STANDIN_SCAN_START_DELAY=S sleeps S seconds before ready.
 """
 
 from __future__ import annotations
@@ -303,8 +304,13 @@ def main() -> int:
     if os.environ.get("STANDIN_SCAN_CRASH"):  # a failed start (an OOM while capturing the states' graphs)
         print("torch.OutOfMemoryError: CUDA out of memory while capturing the graphs of state 4", flush=True)
         return 1
+    if os.environ.get("STANDIN_SCAN_IGNORE_TERM"):  # a server that ignores SIGTERM: only SIGKILL ends it
+        import signal
+
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     ENGINE = Engine()
     graph_log(sorted(ENGINE.cands), ENGINE.current)
+    time.sleep(float(os.environ.get("STANDIN_SCAN_START_DELAY") or 0))  # a long start (graph capture)
     threading.Thread(target=ENGINE.loop, daemon=True).start()
     httpd = ThreadingHTTPServer((host, port), Handler)
     httpd.daemon_threads = True

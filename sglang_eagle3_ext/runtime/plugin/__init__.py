@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 from .. import nccl, stepctl
@@ -85,13 +84,15 @@ def _register(sw: dict[str, Any]) -> None:
         metrics.register_families()
     env = locate()
     profile = sw["profile"]
+    roles = None
     if profile:
-        patched = hookplan.patched_files(env)
-        if patched:
-            profile = False
-            procstate._S.route = "source-patch"
-            _note(f"source patch present ({', '.join(Path(p).name for p in patched)}): it records the "
-                  "probes; plugin phase hooks stay off (one route only)")
+        cov = hookplan.source_coverage(env)
+        if cov["files"]:  # whatever mix of routes the tree holds: one that records, or why none can
+            decision = hookplan.probe_route(cov, plugin_ok=True)
+            roles = decision["plugin_roles"]
+            procstate._S.route = decision["route"]
+            profile = bool(roles)
+            _note(decision["why"])
     aux = bool(sw["aux_layers"])
     if aux:  # the one aux-layer parser; a bad value is logged once here, not at model load
         from ..errors import UserError
@@ -104,7 +105,7 @@ def _register(sw: dict[str, Any]) -> None:
             aux = False
     step_control, refuse = stepctl.requested()
     plan = hookplan.plan_hooks(env, profile=profile, aux=aux, nccl_preset=bool(sw["nccl"]),
-                      step_control=step_control, refuse=refuse)
+                               step_control=step_control, refuse=refuse, probe_roles=roles)
     for problem in plan.problems:
         logger.error(problem)
     if not plan.hooks:
@@ -114,9 +115,10 @@ def _register(sw: dict[str, Any]) -> None:
     for hook in plan.hooks:
         HookRegistry.register(hook.target, _make_hook(hook), HookType.AROUND)
         procstate._S.registered.append(hook)
+    if any(h.role in hookplan.PROBE_ROLES for h in plan.hooks):
+        procstate._S.route = procstate._S.route if roles else "plugin"
+        _probes().set_spec_config(route="plugin")  # merged with the source patch's own ("plugin+source-patch")
     if any(h.role == "cycle" for h in plan.hooks):
-        procstate._S.route = "plugin"
-        _probes().set_spec_config(route="plugin")
         from ..probes import tree  # additive: tree-aware probes (issue 24), stdlib-only module
 
         for target in tree.register_hooks(HookRegistry, HookType, env.package_dir, note=_note):

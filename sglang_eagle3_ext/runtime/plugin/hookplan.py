@@ -8,8 +8,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .. import settings, stepctl
-from ..marker import MARKER  # carried by every source-patched SGLang file
-from ..sglang_env import COMMON_FILE, V1_FILE, V2_FILE, SGLangEnv
+from ..marker import MARKER  # noqa: F401 - carried by every source-patched SGLang file (re-exported)
+from ..routes import PROBE_ROLES, probe_route, source_coverage  # noqa: F401 - re-exported
+from ..sglang_env import SGLangEnv
 
 # ------------------------------------------------------------------------------------------------
 # Switches and the plan (pure: reads files only, testable against every release's source)
@@ -77,11 +78,13 @@ class _Source:
 
 
 def plan_hooks(env: SGLangEnv, *, profile: bool, aux: bool, nccl_preset: bool,
-               step_control: str | None = None, refuse: str | None = None) -> Plan:
+               step_control: str | None = None, refuse: str | None = None,
+               probe_roles: frozenset[str] | None = None) -> Plan:
     """The hooks this release needs for the requested switches. Probe hooks are compiled from the
     patch specs the source patcher selects for this tree (``patches/*.yaml``: one probe map for
     both routes), each checked against the release's source. ``step_control``: "hold" / "policy"
-    (stepctl hooks on the adaptive controller); ``refuse``: a reason the server must not start."""
+    (stepctl hooks on the adaptive controller); ``refuse``: a reason the server must not start.
+    ``probe_roles``: only these probe roles (``probe_route``: what a partial source patch lacks)."""
     plan = Plan(version=env.version)
     if not env.has_plugins:
         if profile or aux or nccl_preset or step_control:
@@ -91,7 +94,9 @@ def plan_hooks(env: SGLangEnv, *, profile: bool, aux: bool, nccl_preset: bool,
         return plan
     if profile:
         _plan_probes(env, plan)
-        if not any(h.role == "cycle" for h in plan.hooks):
+        if probe_roles is not None:
+            plan.hooks = [h for h in plan.hooks if h.role in probe_roles]
+        if (probe_roles is None or "cycle" in probe_roles) and not any(h.role == "cycle" for h in plan.hooks):
             plan.problems.append("no EAGLE worker with a known decode branch: probes cannot record")
     if aux:
         _plan_aux(env, plan)
@@ -235,14 +240,3 @@ def _plan_aux(env: SGLangEnv, plan: Plan) -> None:
                          "use `sgl-eagle3 patch apply` (it patches each model's set_eagle3_layers_to_capture)")
 
 
-def patched_files(env: SGLangEnv) -> list[str]:
-    """Eagle worker files of this install that carry the source-patch marker."""
-    found = []
-    for rel in (V1_FILE, V2_FILE, COMMON_FILE):
-        p = env.path(rel)
-        try:
-            if p.is_file() and MARKER in p.read_text(encoding="utf-8"):
-                found.append(str(p))
-        except OSError:
-            continue
-    return found

@@ -9,7 +9,7 @@ from typing import Any
 from .. import nccl, stepctl
 from ..sglang_env import SGLangEnv, locate
 from . import procstate
-from .hookplan import patched_files, plan_hooks, switches
+from .hookplan import plan_hooks, probe_route, source_coverage, switches
 from .procstate import (
     ENTRY_POINT,
     ENTRY_POINT_NAME,
@@ -51,13 +51,17 @@ def describe(env: SGLangEnv | None = None, environ: dict[str, str] | None = None
     except Exception as exc:  # noqa: BLE001 - doctor reports, never fails
         info["sglang"] = {"error": str(exc)}
         return info
-    patched = patched_files(env)
+    cov = source_coverage(env)
+    patched = cov["files"]
     info["sglang"] = {"version": env.version, "has_plugins": env.has_plugins}
     info["source_patch_files"] = patched
+    info["source_patch_records"] = cov["roles"]
+    plugin_ok = env.has_plugins and info["entry_point"] and _allowed_by_sglang(environ)
+    decision = probe_route(cov, plugin_ok=bool(plugin_ok)) if patched else None
     if not sw["profile"]:
         route, why = "none", f"{ENV_PROFILE} is not set: nothing records"
-    elif patched:
-        route, why = "source-patch", "the source patch is applied; plugin phase hooks stay off"
+    elif decision is not None:  # any mix of routes: the one that records, or why none can
+        route, why = decision["route"], decision["why"]
     elif env.has_plugins and info["entry_point"] and not _allowed_by_sglang(environ):
         route, why = "none", "SGLANG_PLUGINS is set and does not list eagle3_ext: SGLang skips the plugin"
     elif env.has_plugins and info["entry_point"]:
@@ -71,8 +75,10 @@ def describe(env: SGLangEnv | None = None, environ: dict[str, str] | None = None
     if step_control:  # what holding step counts can do on this release (scan, doctor)
         info["step_control"] = {**stepctl.plan(env), "decider": step_control, "refused": refuse}
     try:
-        plan = plan_hooks(env, profile=sw["profile"] and not patched, aux=bool(sw["aux_layers"]),
-                          nccl_preset=bool(sw["nccl"]), step_control=step_control, refuse=refuse)
+        roles = decision["plugin_roles"] if decision is not None else None
+        plan = plan_hooks(env, profile=sw["profile"] and roles != frozenset(), aux=bool(sw["aux_layers"]),
+                          nccl_preset=bool(sw["nccl"]), step_control=step_control, refuse=refuse,
+                          probe_roles=roles)
         info["plan"] = plan.to_dict()
     except Exception as exc:  # noqa: BLE001
         info["plan"] = {"error": str(exc)}

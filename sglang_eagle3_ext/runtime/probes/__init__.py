@@ -148,7 +148,32 @@ def set_spec_config(steps: int | None = None, topk: int | None = None,
     p = _P
     if p is None:
         return
+    if route == "source-patch":  # a patched file's import block: once, can this tree record at all?
+        _check_source_route()
     p.set_spec_config(steps, topk, draft_tokens, route)
+
+
+_route_checked: list[bool] = []
+
+
+def _check_source_route() -> None:
+    """Say at start, in the server's log, when the tree's source patch holds no decode probes and
+    no plugin can time the cycles (SGLang < 0.5.11 with e.g. only an accept entry patched): else
+    profiling would record nothing, with no word (issue 34 case 13). Never raises into SGLang."""
+    if _route_checked:
+        return
+    _route_checked.append(True)
+    try:
+        from ..routes import probe_route, source_coverage
+        from ..sglang_env import locate
+
+        env = locate()
+        d = probe_route(source_coverage(env), plugin_ok=bool(env.has_plugins))
+        if d["problem"]:
+            sys.stderr.write(f"sglang-eagle3-ext: {d['problem']}\n")
+            sys.stderr.flush()
+    except Exception:  # noqa: BLE001 - a check for the log, never a failure of SGLang
+        pass
 
 
 def flush() -> dict[str, Any] | None:

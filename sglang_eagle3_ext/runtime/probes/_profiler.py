@@ -266,8 +266,9 @@ class Profiler:
         for k, v in (("steps", steps), ("topk", topk), ("draft_tokens", draft_tokens)):
             if v is not None:
                 self.spec[k] = int(v)
-        if route is not None:
-            self.route = route
+        if route is not None:  # both routes in one process (a partial source patch): both named
+            parts = set((self.route or "").split("+")) - {""}
+            self.route = route if not parts or parts == {route} else "+".join(sorted(parts | {route}))
 
     # -- windows -----------------------------------------------------------------------------
     def _resolve(self, cycles: list[tuple[Any, Any, bool, list, int, int, int]]
