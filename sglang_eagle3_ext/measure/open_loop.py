@@ -193,11 +193,12 @@ def run_rate(ep: Endpoint, opts: OpenLoopOptions, model: str, rate: float,
         for k, p in enumerate(planned):
             due = t0 + p.at_s
             _sleep_until(due)
-            if slots is not None:
+            ready[k] = due  # when the request could go: its time, or later the slot it waited for
+            if slots is not None and not slots.acquire(blocking=False):
                 while not slots.acquire(timeout=0.1):
                     pass
-            ready[k] = time.perf_counter()
-            queued[k] = max(0.0, ready[k] - due) if slots is not None else 0.0
+                ready[k] = max(due, time.perf_counter())
+            queued[k] = ready[k] - due
             th = threading.Thread(target=_worker, args=(ep, bodies[k], recs[k], slots), daemon=True)
             th.start()
             threads.append(th)
@@ -245,7 +246,7 @@ def _ms(v: float | None) -> float | None:
 def _request_entry(p: Planned, r: StreamRecord, t0: float, ready: float, queued: float,
                    opts: OpenLoopOptions) -> dict[str, Any]:
     sent = (r.sent_at - t0) if r.sent_at is not None else None
-    late = max(0.0, r.sent_at - max(t0 + p.at_s, ready)) if r.sent_at is not None else None
+    late = max(0.0, r.sent_at - ready) if r.sent_at is not None else None
     e: dict[str, Any] = {"i": p.index, "prompt_index": p.prompt_index, "output_len": p.output_len,
                          "at_ms": _ms(p.at_s), "sent_ms": _ms(sent), "late_ms": _ms(late),
                          "queued_ms": _ms(queued), "error": r.error}
