@@ -336,7 +336,8 @@ def _ladder_agreement_table(s: dict[str, Any], a: dict[str, Any]):
                  "(every step count the server ran there, like the client sees them)")
     if open_loop:
         t.caption = (f"client: {client_twin.OPEN_DECODE_DEF}; profile: {client_twin.PROBE_OPEN_DEF}; "
-                     "accept len: every verify on both sides (incl. bonus)")
+                     f"accept len (incl. bonus): client {a['ladder'][0]['client'].get('accept_def', '')}; "
+                     "profile: tokens / verifies of the same cycles")
     return t
 
 

@@ -32,6 +32,8 @@ DEFINITIONS = {
                "per-token ITL); request_goodput = good / duration; slo_attainment = good / sent",
     "accept_length": "completion tokens / verify calls, incl. the bonus token (sglext per request, "
                      "else SGLang's counter differences)",
+    "accept_length_decode": "the same verifies without each request's first token (its prefill's): "
+                            "tokens made by verifies per verify, what the probes count",
     "decode.per_stream_tok_s": "sum over completed requests of tokens after the first chunk / sum "
                                "of their first-to-last text chunk seconds",
     "late_ms": "how long after its arrival time (and a free slot) the client sent a request",
@@ -39,7 +41,8 @@ DEFINITIONS = {
 }
 
 STATS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_latency_ms")
-_AMOUNTS = ("duration_s", "request_throughput", "output_throughput", "concurrency", "accept_length")
+_AMOUNTS = ("duration_s", "request_throughput", "output_throughput", "concurrency", "accept_length",
+            "accept_length_decode")
 _COUNTS = ("sent", "completed", "failed", "total_output_tokens")
 
 

@@ -97,7 +97,10 @@ def _open_loop_client(doc: dict[str, Any], path: str | Path) -> dict[str, Any]:
                        "request_rate": e["request_rate"], "concurrency": None,
                        "decode_tok_s": dec.get("per_stream_tok_s"), "decode_tokens": dec.get("tokens"),
                        "decode_seconds": dec.get("seconds"), "decode_def": OPEN_DECODE_DEF,
-                       "accept_len": s.get("accept_length"),
+                       "accept_len": s.get("accept_length_decode") or s.get("accept_length"),
+                       "accept_def": ("(completion tokens - first tokens) / verify calls: tokens made by "
+                                      "verifies, as the probes count them" if s.get("accept_length_decode")
+                                      else "completion tokens / verify calls (SGLang's)"),
                        "span": (span[0] - 1.0, span[1] + 1.0) if span else None})
     return {"file": str(path), "kind": "sgl-eagle3 bench, open loop", "levels": levels,
             "decode_def": OPEN_DECODE_DEF}

@@ -219,6 +219,11 @@ def run_rate(ep: Endpoint, opts: OpenLoopOptions, model: str, rate: float,
     summary.update({"request_rate": rate_json(rate), "burstiness": opts.burstiness, **{
         k: acc[k] for k in ("accept_length", "accept_source", "verify_ct", "metrics_clean")}})
     summary["accept_length"] = round(acc["accept_length"], 4) if acc["accept_length"] else None
+    # the same verifies without each request's first token (made by its prefill, not a verify):
+    # what the probes count per verify (profile --bench compares it)
+    v = acc["verify_ct"]
+    summary["accept_length_decode"] = (round((acc["accept_length"] * v - summary["completed"]) / v, 4)
+                                       if v and acc["accept_length"] else None)
     sched = _schedule(planned, reqs, duration)
     warnings = [w for w in (acc["warning"],) if w]
     if sched["late_sends"]:
