@@ -226,7 +226,7 @@ def run_rate(ep: Endpoint, opts: OpenLoopOptions, model: str, rate: float,
                                        if v and acc["accept_length"] else None)
     sched = _schedule(planned, reqs, duration)
     warnings = [w for w in (acc["warning"],) if w]
-    if sched["late_sends"]:
+    if sched["late_sends"] and rate != float("inf"):  # inf has no times to keep: as fast as it can
         warnings.append(f"rate {rate:g}/s: {sched['late_sends']} of {len(reqs)} requests were sent more "
                         f"than {LATE_WARN_S * 1000:g} ms after their time (max {sched['late_max_ms']:.1f} ms): "
                         "the client did not keep the schedule; the figures are of the load it sent")
