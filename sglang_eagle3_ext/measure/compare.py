@@ -304,7 +304,10 @@ def is_serving_set(paths: list[str]) -> bool:
     """True when the first file is an open-loop result (then every file must be one)."""
     from ..documents.serving_doc import SCHEMA as SERVING_SCHEMA
 
-    data = _read(paths[0])
+    first = _scan_path(paths[0])
+    if Path(first).is_dir():  # a folder: the ladder / scan readers say what it should hold
+        return False
+    data = _read(first)
     return isinstance(data, dict) and data.get("schema") == SERVING_SCHEMA
 
 
