@@ -18,7 +18,7 @@ from .runtime.errors import UserError
 # pays for matplotlib or torch.
 COMMANDS = (
     "doctor", "patch", "layers", "launch", "stop", "bench", "compare", "profile", "sweep", "scan", "adaptive",
-    "tiny", "demo",
+    "tiny", "traffic", "demo",
 )
 # The commands that read an SGLang tree; the others (bench, compare, profile, stop, tiny) work on
 # servers, files or models only, so they do not offer --sglang-root.

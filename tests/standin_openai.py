@@ -15,6 +15,10 @@ usage chunk, ``[DONE]``), but on a fixed clock: the first content chunk (1 token
 0.5.19+), ``"metrics"`` (Prometheus counters on ``/metrics``, 0.5.13+), ``"none"``.
 ``mode`` misbehaves on purpose: ``"cut"`` closes the stream after ``cut_after`` content chunks
 (no finish chunk, no ``[DONE]``), ``"hang"`` reads the request and never answers.
+``die_after=K``: the server dies when its K-th chat request arrives (every stream in flight is
+cut where it is, the listening socket closes, later connects are refused), like a crash.
+``arrived`` holds each chat request's arrival time (``time.perf_counter``: the same clock as a
+client in the same process, for schedule checks).
 ``python tests/standin_openai.py --port 8000 --interval-ms 10`` runs it standalone.
 """
 
@@ -34,14 +38,18 @@ class StandIn:
     def __init__(self, *, ttft_s: float = 0.02, interval_s: float = 0.005, tokens_per_chunk: int = 1,
                  spec: str = "none", model: str = "standin-model", host: str = "127.0.0.1",
                  port: int = 0, extra_metrics_tokens: int = 0, mode: str = "normal",
-                 cut_after: int = 3, load_s: float = 0.0) -> None:
+                 cut_after: int = 3, load_s: float = 0.0, die_after: int = 0) -> None:
         # Each chunk interval grows by load_s per other stream in flight: a server whose step cost
         # rises with the batch (per-stream tok/s falls with concurrency, as on a GPU).
         self.load_s = load_s
         self.active = 0
+        self.peak = 0  # most streams in flight at once
         self.mode = mode
         self.cut_after = cut_after
         self.released = threading.Event()  # wakes "hang" handlers at stop()
+        self.die_after = die_after
+        self.dead = threading.Event()
+        self.arrived: list[float] = []
         self.ttft_s = ttft_s
         self.interval_s = interval_s
         self.tokens_per_chunk = tokens_per_chunk
@@ -70,8 +78,16 @@ class StandIn:
 
     def stop(self) -> None:
         self.released.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        if not self.dead.is_set():
+            self._httpd.shutdown()
+            self._httpd.server_close()
+
+    def die(self) -> None:
+        """Stop listening and cut every stream (die_after)."""
+        if not self.dead.is_set():
+            self.dead.set()
+            self._httpd.shutdown()
+            self._httpd.server_close()
 
     def __enter__(self) -> StandIn:
         return self.start()
@@ -133,6 +149,12 @@ def _handler_for(srv: StandIn) -> type[BaseHTTPRequestHandler]:
                 return
             with srv._lock:
                 srv.requests.append(body)
+                srv.arrived.append(t_arrive)
+                dying = srv.die_after and len(srv.arrived) == srv.die_after
+            if dying:
+                threading.Thread(target=srv.die, daemon=True).start()
+            if srv.dead.is_set() or dying:
+                return  # the connection closes without an answer
             if srv.mode == "hang":
                 srv.released.wait()
                 return
@@ -156,6 +178,7 @@ def _handler_for(srv: StandIn) -> type[BaseHTTPRequestHandler]:
             emit({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
             with srv._lock:
                 srv.active += 1
+                srv.peak = max(srv.peak, srv.active)
             try:
                 self._stream(n, t_arrive, emit, usage, per_chunk_usage, body, opts)
             finally:
@@ -167,6 +190,8 @@ def _handler_for(srv: StandIn) -> type[BaseHTTPRequestHandler]:
             deadline = t_arrive + srv.ttft_s
             first = True
             while done < n:
+                if srv.dead.is_set():
+                    return  # a crash: the stream stops where it is
                 step = 1 if first else min(srv.tokens_per_chunk, n - done)
                 pause = deadline - time.perf_counter()
                 if pause > 0:

@@ -12,6 +12,7 @@ import pytest
 from sglang_eagle3_ext.documents import records
 from sglang_eagle3_ext.documents.bench_doc import LADDER_SCHEMA
 from sglang_eagle3_ext.documents.bench_doc import SCHEMA as BENCH_SCHEMA
+from sglang_eagle3_ext.documents.serving_doc import SCHEMA as SERVING_SCHEMA
 from sglang_eagle3_ext.runtime.errors import UserError
 from sglang_eagle3_ext.runtime.probes import window
 from sglang_eagle3_ext.tune.sweep import SCHEMA as SWEEP_SCHEMA
@@ -46,6 +47,7 @@ def test_versions_match_the_writers():
     assert records.BenchResult.accepted() == (BENCH_SCHEMA,)
     assert records.Ladder.accepted() == (LADDER_SCHEMA,)
     assert records.SweepResults.accepted() == (SWEEP_SCHEMA,)
+    assert records.ServingResult.accepted() == (SERVING_SCHEMA,)
 
 
 def test_round_trip_every_committed_sample():
@@ -61,6 +63,7 @@ def test_round_trip_every_committed_sample():
     # what is committed today (docs/data/h200-*, tests/data): enough of each kind to mean something
     assert counts["WindowRecord"] > 20 and counts["BenchResult"] > 20 and counts["SweepResults"] > 20
     assert counts["Ladder"] >= 10  # fewer ladders are committed (11 at the time of writing)
+    assert counts["ServingResult"] >= 1  # tests/data/serving: an open-loop run against the stand-in
     assert versions["eagle3_prof/1"] > 20 and versions["eagle3_prof/2"] > 20
 
 

@@ -9,22 +9,51 @@ from ..runtime.errors import UserError
 from .console import clean, err, out, plain, print_json
 
 HELP = ("Benchmark a running server: TTFT, decode and end-to-end tok/s, accept length (streaming); "
-        "a concurrency ladder with --concurrency 1,2,4,...")
+        "a concurrency ladder with --concurrency 1,2,4,...; open-loop traffic with --request-rate")
+
+_OPEN_FLAGS = ("burstiness", "num_requests", "duration", "max_concurrency", "output_len", "seed",
+               "order", "slo")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:30000")
-    p.add_argument("--runs", type=int, default=5, help="measured runs (default 5)")
-    p.add_argument("--warmup", type=int, default=1, help="discarded warm-up runs (default 1)")
+    p.add_argument("--runs", type=int, default=None, help="measured runs (default 5; closed loop)")
+    p.add_argument("--warmup", type=int, default=1,
+                   help="discarded warm-up runs (default 1); open loop: warm-up requests per rate")
     p.add_argument("--max-tokens", type=int, default=1000, help="tokens per request (default 1000)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--prompt", help="prompt text (default: the seeds' B-tree-in-Rust request)")
     g.add_argument("--prompts", metavar="FILE",
                    help="prompts: one per line, a JSON list of strings, chat JSONL (messages) or "
                         "ShareGPT JSON; requests cycle through them")
-    p.add_argument("--concurrency", default="1", metavar="N[,N...]",
-                   help="requests in flight per run; a list (1,2,4,8,16,32,64) runs a ladder, "
-                        "one bench per level")
+    p.add_argument("--concurrency", default=None, metavar="N[,N...]",
+                   help="requests in flight per run (default 1); a list (1,2,4,8,16,32,64) runs a "
+                        "ladder, one bench per level")
+    o = p.add_argument_group("open loop (docs/bench.md, Open-loop traffic)")
+    o.add_argument("--request-rate", metavar="R[,R...]",
+                   help="requests per second, sent on a schedule whatever the server's pace (Poisson "
+                        "arrivals); inf = all at once; a list runs one rate after the other")
+    o.add_argument("--burstiness", type=float, default=None, metavar="K",
+                   help="Gamma-distributed gaps, shape K, mean 1/R (vLLM's definition); 1 = Poisson "
+                        "(default), < 1 burstier")
+    g2 = o.add_mutually_exclusive_group()
+    g2.add_argument("--num-requests", type=int, default=None, metavar="N",
+                    help="requests per rate (default 100)")
+    g2.add_argument("--duration", type=float, default=None, metavar="S",
+                    help="per rate: every arrival in the first S seconds")
+    o.add_argument("--max-concurrency", type=int, default=None, metavar="C",
+                   help="at most C requests in flight; later arrivals wait for a slot")
+    o.add_argument("--output-len", default=None, metavar="file|N|uniform:LO,HI|lognormal:MEDIAN,SIGMA",
+                   help="answer length per request (default: the file's output_len when every prompt "
+                        "has one, else --max-tokens; distributions are capped at --max-tokens)")
+    o.add_argument("--seed", type=int, default=None, metavar="S",
+                   help="arrivals, order and drawn lengths (default 42, SGLang bench_serving's): the "
+                        "same seed replays the same traffic")
+    o.add_argument("--order", choices=("shuffle", "file"), default=None,
+                   help="prompt order: shuffle (default; bench_serving's ShareGPT order) or file")
+    o.add_argument("--slo", metavar="ttft=MS,tpot=MS,itl=MS,e2el=MS",
+                   help="goodput: the requests that met every SLO given (itl: the request's longest "
+                        "inter-token latency)")
     p.add_argument("--timeout", type=float, default=600.0, metavar="S",
                    help="seconds one request may take before it counts as failed (default 600)")
     p.add_argument("--label", help="config name shown by `compare` (default: the URL)")
@@ -49,9 +78,12 @@ def options_from_args(args: argparse.Namespace) -> Any:
     from ..measure.bench import DEFAULT_PROMPT, BenchOptions, parse_levels
     from ..measure.prompts import load_prompts
 
-    levels = parse_levels(args.concurrency)
+    given = [f"--{k.replace('_', '-')}" for k in _OPEN_FLAGS if getattr(args, k, None) is not None]
+    if given:
+        raise UserError(f"{', '.join(given)}: open-loop flags; give --request-rate too", exit_code=2)
+    levels = parse_levels(args.concurrency or "1")
     prompts = load_prompts(args.prompts) if args.prompts else [args.prompt or DEFAULT_PROMPT]
-    return BenchOptions(url=args.url, runs=args.runs, warmup=args.warmup,
+    return BenchOptions(url=args.url, runs=5 if args.runs is None else args.runs, warmup=args.warmup,
                         max_tokens=args.max_tokens, prompts=prompts,
                         concurrency=levels[0], label=args.label, model=args.model,
                         ignore_eos=args.ignore_eos, timeout_s=args.timeout), levels
@@ -142,6 +174,10 @@ def run(args: argparse.Namespace) -> int:
     from ..documents.outputs import write_atomic, write_result
 
     check_out(args.out)
+    if args.request_rate is not None:
+        return run_open(args)
+    if args.runs is None:
+        args.runs = 5
     opts, levels = options_from_args(args)
     try:
         result = run_with_progress(opts, levels)
@@ -179,3 +215,141 @@ def run(args: argparse.Namespace) -> int:
         return 0 if ok else 1
     s = result["summary"]
     return 0 if s["ok_runs"] == args.runs and not s["failed_requests"] else 1
+
+
+# ---------------------------------------------------------------- open loop
+
+
+def open_options(args: argparse.Namespace) -> Any:
+    """OpenLoopOptions from the flags; UserError(2) for a bad value (before anything is sent)."""
+    from ..measure import arrivals, open_loop, serving_stats
+    from ..measure.bench import DEFAULT_PROMPT
+    from ..measure.prompts import PromptItem, load_items
+
+    if args.concurrency is not None or args.runs is not None:
+        raise UserError("--concurrency / --runs are closed-loop flags; with --request-rate cap the "
+                        "requests in flight with --max-concurrency", exit_code=2)
+    rates = arrivals.parse_rates(args.request_rate)
+    items = load_items(args.prompts) if args.prompts else [PromptItem(args.prompt or DEFAULT_PROMPT)]
+    dist = arrivals.parse_lengths(args.output_len, "--output-len", allow_file=True) \
+        if args.output_len is not None else None
+    opts = open_loop.OpenLoopOptions(
+        url=args.url, rates=rates, items=items,
+        burstiness=1.0 if args.burstiness is None else args.burstiness,
+        num_requests=None if args.duration is not None else (
+            100 if args.num_requests is None else args.num_requests),
+        duration_s=args.duration, max_concurrency=args.max_concurrency, output_len=dist,
+        max_tokens=args.max_tokens, ignore_eos=args.ignore_eos,
+        seed=42 if args.seed is None else args.seed, order=args.order or "shuffle",
+        slo=serving_stats.parse_slo(args.slo), warmup=args.warmup, timeout_s=args.timeout,
+        label=args.label, model=args.model, prompts_file=args.prompts)
+    open_loop.check(opts)
+    return opts
+
+
+def run_open_with_progress(opts: Any) -> dict[str, Any]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ..documents.serving_doc import rate_label
+    from ..measure.open_loop import rate_json, run_open_loop
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err, transient=True) as prog:
+        task = prog.add_task("open loop", total=None)
+
+        def cb(i: int, k: int, n: int) -> None:
+            prog.update(task, completed=k, total=n,
+                        description=f"rate {rate_label(rate_json(opts.rates[i]))}/s: sent")
+
+        return run_open_loop(opts, progress=cb)
+
+
+def _pair(st: dict[str, Any] | None, a: str = "p50", b: str = "p99") -> str:
+    st = st or {}
+    return f"{_f(st.get(a))} / {_f(st.get(b))}"
+
+
+def render_open(doc: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    from ..documents.serving_doc import rate_label
+
+    p = doc["params"]
+    arr = "all at once" if p["request_rates"] == ["inf"] else (
+        "Poisson arrivals" if p["burstiness"] == 1 else f"Gamma arrivals, burstiness {p['burstiness']:g}")
+    cap = f", at most {p['max_concurrency']} in flight" if p.get("max_concurrency") else ""
+    t = Table(title=plain(f"open loop: {doc['label']}  ({doc['model']}); {arr}{cap}, seed {p['seed']}; "
+                          "latencies p50 / p99 ms; accept len incl. bonus"), title_justify="left")
+    slo = p.get("slo_ms")
+    cols = ["rate /s", "ok/sent", "req/s", "out tok/s", "TTFT", "ITL", "TPOT", "E2E"]
+    if slo:
+        cols.append("goodput req/s (met)")
+    cols += ["accept len", "late max ms"]
+    for c in cols:
+        t.add_column(c, justify="right")
+    for e in doc["rates"]:
+        s = e["summary"]
+        row = [rate_label(e["request_rate"]), f"{s['completed']}/{s['sent']}", _f(s["request_throughput"], "{:.2f}"),
+               _f(s["output_throughput"]), _pair(s["ttft_ms"]), _pair(s["itl_ms"], "p50", "p99"),
+               _pair(s["tpot_ms"]), _pair(s["e2e_latency_ms"])]
+        if slo:
+            g = s.get("goodput") or {}
+            att = g.get("slo_attainment")
+            row.append(f"{_f(g.get('request_goodput'), '{:.2f}')} ({'-' if att is None else f'{100 * att:.0f}%'})")
+        row += [_f(s["accept_length"], "{:.2f}"), _f((e.get("schedule") or {}).get("late_max_ms"))]
+        t.add_row(*row)
+    out.print(t)
+    if slo:
+        out.print("goodput: requests that met every SLO (" + ", ".join(f"{k} <= {v:g} ms" for k, v in slo.items())
+                  + ") per second; met = their share of requests sent", highlight=False)
+    for e in doc["rates"]:
+        s, lab = e["summary"], rate_label(e["request_rate"])
+        if s.get("expected_accept_len"):
+            exp = ", ".join(f"{k}: {v:.3f}" for k, v in s["expected_accept_len"].items())
+            out.print(f"rate {lab}/s: accept length {_f(s['accept_length'], '{:.3f}')} "
+                      f"({s['accept_source']}); the requests' own expectation pooled, per steps / key: {exp}",
+                      highlight=False)
+        if e["errors"]:
+            out.print(f"[red]rate {lab}/s: {s['failed']} request(s) failed[/]: ", end="")
+            out.print(clean(e["errors"][0]), markup=False, highlight=False)
+        for w in e.get("warnings") or []:
+            err.print(f"warning: {clean(w)}", markup=False, highlight=False)
+
+
+def run_open(args: argparse.Namespace) -> int:
+    import json
+
+    from ..documents.outputs import write_atomic, write_result
+
+    opts = open_options(args)
+    try:
+        doc = run_open_with_progress(opts)
+    except KeyboardInterrupt:
+        err.print("bench interrupted (Ctrl-C): open streams closed, nothing written",
+                  highlight=False, markup=False)
+        return 130
+    if args.json:
+        print_json(doc)
+    else:
+        render_open(doc)
+    if args.out:
+        text = json.dumps(doc, indent=2) + "\n"
+        if args.json:
+            try:
+                write_atomic(args.out, text)
+            except UserError as exc:
+                err.print(f"error: {exc}; the result is printed above", highlight=False, markup=False)
+                return 1
+        elif write_result(args.out, text):
+            out.print(f"wrote {args.out}", highlight=False, markup=False)
+        else:
+            return 1
+    if args.plot:
+        from ..measure.plot import plot_serving
+
+        try:
+            out.print(f"wrote {plot_serving([doc], args.plot)}")
+        except UserError as exc:
+            err.print(f"plot skipped: {exc}", highlight=False, markup=False)
+    ran = len(doc["rates"]) == len(opts.rates)
+    return 0 if ran and not any(e["summary"]["failed"] for e in doc["rates"]) else 1

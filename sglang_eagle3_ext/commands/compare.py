@@ -15,8 +15,9 @@ HELP = ("Compare bench results: tok/s avg and peak, accept length, % vs a baseli
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("files", nargs="+", metavar="FILE.json",
                    help="bench result files (sgl-eagle3 bench --out), a sweep results.json, or "
-                        "concurrency ladders (bench --concurrency 1,2,4 --out; all files ladders), or a "
-                        "scan's scan.json / folder (one ladder per step count)")
+                        "concurrency ladders (bench --concurrency 1,2,4 --out; all files ladders), a "
+                        "scan's scan.json / folder (one ladder per step count), or open-loop results "
+                        "(bench --request-rate ... --out; all files open-loop: one row per rate)")
     p.add_argument("--baseline", metavar="LABEL",
                    help="label of the baseline row (default: a sweep's no-spec config, else the first file)")
     p.add_argument("--metric", default="decode_tok_s",
@@ -27,6 +28,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if compare.is_serving_set(args.files):
+        sr = compare.serving_rows(compare.load_serving_set(args.files), args.baseline)
+        if args.json:
+            print_json(sr)
+        elif args.markdown:
+            out.print(compare.serving_markdown(sr), highlight=False, markup=False)
+        else:
+            out.print(serving_rich_table(sr))
+        return 0
     if compare.is_ladder_set(args.files):
         lr = compare.ladder_rows(compare.load_ladders(args.files), args.baseline)
         if args.json:
@@ -68,5 +78,17 @@ def ladder_rich_table(rs: list[dict[str, Any]]) -> Any:
     for i, c in enumerate(compare.LADDER_HEAD):
         t.add_column(c, justify="left" if i == 1 else "right")
     for cells in compare.ladder_cells(rs):
+        t.add_row(*map(plain, cells))
+    return t
+
+
+def serving_rich_table(rs: list[dict[str, Any]]) -> Any:
+    from rich.table import Table
+
+    t = Table(title="open loop, per request rate vs the baseline file at the same rate (ITL per token; "
+                    "accept len incl. bonus)", title_justify="left")
+    for i, c in enumerate(compare.SERVING_HEAD):
+        t.add_column(c, justify="left" if i == 1 else "right")
+    for cells in compare.serving_cells(rs):
         t.add_row(*map(plain, cells))
     return t

@@ -303,6 +303,10 @@ def _agree(s: dict[str, Any], run: Any, client: dict[str, Any], all_windows: boo
     """Profile vs one client result: the windows written while it ran (when the times line up;
     else the whole file), like with like (its batch size when the records split by batch)."""
     aligned = client_twin.aligned_run(run, client) if run is not None else None
+    if client.get("open_loop") and run is not None:  # every decode cycle in the span, request-weighted
+        a = client_twin.open_loop_agreement(aligned if aligned is not None else run, client)
+        a["windows"] = (aligned.notes[0] if aligned is not None else "every window of the file (no time overlap found)")
+        return a
     basis = accounting.summarize(aligned, all_windows=all_windows) if aligned is not None else s
     a = client_twin.agreement(basis, client)
     a["windows"] = (aligned.notes[0] if aligned is not None else "every window of the file (no time overlap found)")
@@ -313,8 +317,9 @@ def _ladder_agreement_table(s: dict[str, Any], a: dict[str, Any]):
     from rich.table import Table
 
     c = a["client"]
-    t = Table(title=f"Profile vs client, every level ({c['kind']}: {Path(c['file']).name})")
-    for col in ("concurrency", "profile tok/s per stream", "client", "difference", "profile accept len",
+    open_loop = any(lv["client"].get("open_loop") for lv in a["ladder"])
+    t = Table(title=f"Profile vs client, every {'rate' if open_loop else 'level'} ({c['kind']}: {Path(c['file']).name})")
+    for col in ("rate /s" if open_loop else "concurrency", "profile tok/s per stream", "client", "difference", "profile accept len",
                 "client accept len", "difference", "profile cycles", "windows"):
         t.add_column(col, justify="left" if col in ("profile cycles", "windows") else "right")
 
@@ -323,11 +328,16 @@ def _ladder_agreement_table(s: dict[str, Any], a: dict[str, Any]):
 
     for lv in a["ladder"]:
         d, al = lv["decode_tok_s"], lv["accept_len"]
-        t.add_row(str(lv["client"].get("concurrency")), _fmt(d["profile"], ".1f"), _fmt(d["client"], ".1f"),
+        lc = lv["client"]
+        t.add_row(str(lc["request_rate"] if open_loop else lc.get("concurrency")), _fmt(d["profile"], ".1f"), _fmt(d["client"], ".1f"),
                   pct(d["diff_pct"]), _fmt(al["profile"], ".3f"), _fmt(al["client"], ".3f"), pct(al["diff_pct"]),
                   str(lv["basis"]), lv["windows"])
     t.caption = (f"client decode rate: {c['decode_def']}; profile: the steady cycles at the level's batch size "
                  "(every step count the server ran there, like the client sees them)")
+    if open_loop:
+        t.caption = (f"client: {client_twin.OPEN_DECODE_DEF}; profile: {client_twin.PROBE_OPEN_DEF}; "
+                     f"accept len (incl. bonus): client {a['ladder'][0]['client'].get('accept_def', '')}; "
+                     "profile: tokens / verifies of the same cycles")
     return t
 
 

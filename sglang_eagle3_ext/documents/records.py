@@ -1,8 +1,9 @@
 """Typed views of the JSON records passed between stages, with a checked, versioned round trip.
 
-Five kinds (docs/architecture.md, "Records"): the probes' window record (``eagle3_prof/1|2|3``),
+Six kinds (docs/architecture.md, "Records"): the probes' window record (``eagle3_prof/1|2|3``),
 the bench result (``eagle3_bench/1``), the concurrency ladder (``eagle3_ladder/1``), the sweep
-results (``eagle3_sweep/1``) and the scan result (``eagle3_scan/1``). ``from_json(obj, origin)`` checks the schema name and version, the
+results (``eagle3_sweep/1``), the scan result (``eagle3_scan/1``) and the open-loop bench
+(``eagle3_serving/1``). ``from_json(obj, origin)`` checks the schema name and version, the
 required fields and the JSON type of every known field, and raises ``UserError`` (exit 2) with one
 line naming ``origin`` (a file, or ``file:line``) and the field. ``to_json`` gives back the same
 dict: unknown fields ride along in ``extra``, so ``to_json(from_json(x)) == x``.
@@ -244,7 +245,26 @@ class ScanResult(Record):
     adaptive: dict[str, Any] | None = _spec("object")
 
 
-KINDS: tuple[type[Record], ...] = (WindowRecord, BenchResult, Ladder, SweepResults, ScanResult)
+@dataclass
+class ServingResult(Record):
+    """An open-loop bench (open_loop.py ``run_open_loop``): one entry per request rate."""
+
+    NAME: ClassVar[str] = "eagle3_serving"
+    VERSIONS: ClassVar[tuple[int, ...]] = (1,)
+    KIND: ClassVar[str] = "open-loop bench result"
+
+    rates: list[Any] | None = _spec("list", required=True, nullable=False)
+    label: str | None = _spec("text")
+    url: str | None = _spec("text")
+    model: str | None = _spec("text")
+    started: str | None = _spec("text")
+    time: str | None = _spec("text")
+    params: dict[str, Any] | None = _spec("object")
+    definitions: dict[str, Any] | None = _spec("object")
+
+
+KINDS: tuple[type[Record], ...] = (WindowRecord, BenchResult, Ladder, SweepResults, ScanResult,
+                                   ServingResult)
 
 
 def from_json(obj: Any, origin: str, kind: type[T]) -> T:

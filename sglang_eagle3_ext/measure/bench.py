@@ -164,24 +164,36 @@ def run_once(ep: Endpoint, opts: BenchOptions, model: str, index: int) -> RunRec
     run.e2e_tok_s = _mean([r.e2e_tok_s for r in ok if r.e2e_tok_s is not None])
     run.ttft_s = _mean([r.ttft_s for r in ok if r.ttft_s is not None])
     run.throughput_tok_s = run.completion_tokens / wall if wall > 0 and ok else None
+    acc = accept_of(ep, before, ok, run.completion_tokens, f"run {index}")
+    run.accept_length, run.accept_source = acc["accept_length"], acc["accept_source"]
+    run.verify_ct, run.metrics_clean, run.warning = acc["verify_ct"], acc["metrics_clean"], acc["warning"]
+    return run
+
+
+def accept_of(ep: Endpoint, before: dict[str, float] | None, ok: list[RequestRecord],
+              completion_tokens: int, where: str) -> dict[str, Any]:
+    """Accept length of finished requests: sglext per request when every one has it, else the
+    differences of SGLang's counters since ``before`` (scraped when the requests started)."""
+    out: dict[str, Any] = {"accept_length": None, "accept_source": "none", "verify_ct": None,
+                           "metrics_clean": None, "warning": None}
     if ok and all(r.spec_verify_ct for r in ok):
-        run.verify_ct = sum(int(r.spec_verify_ct or 0) for r in ok)
-        run.accept_length = run.completion_tokens / run.verify_ct
-        run.accept_source = "sglext"
+        out["verify_ct"] = sum(int(r.spec_verify_ct or 0) for r in ok)
+        out["accept_length"] = completion_tokens / out["verify_ct"]
+        out["accept_source"] = "sglext"
     elif before is not None and ok:
-        after = _scrape_settled(ep, before, run.completion_tokens)
+        after = _scrape_settled(ep, before, completion_tokens)
         if after is not None:
             dv = after[_COUNTER_VERIFY] - before[_COUNTER_VERIFY]
             dg = after[_COUNTER_GEN] - before[_COUNTER_GEN]
             if dv > 0 and dg < dv:  # every verify yields >= 1 token: an accept length < 1 is no figure
-                run.warning = (f"run {index}: counter differences cannot be true ({dg:g} generated tokens "
-                               f"over {dv:g} verify calls, accept length < 1); accept length left out")
+                out["warning"] = (f"{where}: counter differences cannot be true ({dg:g} generated tokens "
+                                  f"over {dv:g} verify calls, accept length < 1); accept length left out")
             elif dv > 0:
-                run.verify_ct = int(dv)
-                run.accept_length = dg / dv
-                run.accept_source = "metrics"
-                run.metrics_clean = int(dg) == run.completion_tokens
-    return run
+                out["verify_ct"] = int(dv)
+                out["accept_length"] = dg / dv
+                out["accept_source"] = "metrics"
+                out["metrics_clean"] = int(dg) == completion_tokens
+    return out
 
 
 def _scrape_settled(ep: Endpoint, before: dict[str, float], expect_tokens: int,
@@ -221,14 +233,7 @@ def run_bench(opts: BenchOptions, progress: Callable[[str, int, int], None] | No
     if not opts.prompts:
         raise UserError("no prompts given", exit_code=2)
     ep = Endpoint(opts.url, opts.timeout_s)
-    probe_s = min(10.0, opts.timeout_s)  # the probe waits no longer than one request may
-    try:
-        status, body = ep.get("/v1/models", timeout_s=probe_s)
-    except OSError as exc:  # refused, unreachable, or no answer in probe_s (a timeout)
-        raise UserError(f"cannot reach {opts.url}: {exc}") from exc
-    except (http.client.HTTPException, ValueError, httpio.BadStream):
-        status, body = 0, ""  # it answered, badly: the model name stays unknown ("default")
-    model = opts.model or (model_from(body) if status == 200 else None) or "default"
+    model = probe_model(ep, opts.model)
     runs: list[RunRecord] = []
     warm: list[RunRecord] = []
     total = opts.warmup + opts.runs
@@ -241,6 +246,19 @@ def run_bench(opts: BenchOptions, progress: Callable[[str, int, int], None] | No
     if progress:
         progress("done", total, total)
     return build_result(opts, model, runs, warm)
+
+
+def probe_model(ep: Endpoint, model: str | None) -> str:
+    """GET /v1/models once: UserError(1) when the server cannot be reached; the first model id
+    (``default`` when the answer has none) unless ``model`` is given."""
+    probe_s = min(10.0, ep.timeout_s)  # the probe waits no longer than one request may
+    try:
+        status, body = ep.get("/v1/models", timeout_s=probe_s)
+    except OSError as exc:  # refused, unreachable, or no answer in probe_s (a timeout)
+        raise UserError(f"cannot reach {ep.url}: {exc}") from exc
+    except (http.client.HTTPException, ValueError, httpio.BadStream):
+        status, body = 0, ""  # it answered, badly: the model name stays unknown ("default")
+    return model or (model_from(body) if status == 200 else None) or "default"
 
 
 def burst_warnings(good: list[RunRecord]) -> list[str]:

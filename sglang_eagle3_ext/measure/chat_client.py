@@ -50,6 +50,17 @@ class RequestRecord:
         if after > 0 and t1 > t0:
             self.decode_tok_s = after / (t1 - t0)
 
+    # Hooks for the open-loop bench (open_loop.StreamRecord keeps send and chunk times); no-ops
+    # here, so a closed-loop record stays what it was.
+    def on_send(self, t_sent: float) -> None:
+        """The request is about to be sent (``t_sent``: the stream's clock)."""
+
+    def on_line(self, now: float) -> None:
+        """A ``data:`` line arrived, ``now`` s after sending ([DONE] too)."""
+
+    def on_text(self, now: float, tokens: int | None) -> None:
+        """A chunk with generated text arrived; ``tokens``: its cumulative usage, if reported."""
+
 
 # ---------------------------------------------------------------- HTTP
 
@@ -171,6 +182,7 @@ def stream_chat(ep: Endpoint, body: dict[str, Any], rec: RequestRecord,
     done = False
     usage_seen = False
     t_sent = clock()
+    rec.on_send(t_sent)
     try:
         if ep.aborted:
             raise OSError("interrupted")
@@ -189,6 +201,8 @@ def stream_chat(ep: Endpoint, body: dict[str, Any], rec: RequestRecord,
             if not line.startswith(b"data:"):
                 continue
             data = line[5:].strip()
+            now = clock() - t_sent
+            rec.on_line(now)
             if data == b"[DONE]":
                 done = True
                 break
@@ -196,7 +210,7 @@ def stream_chat(ep: Endpoint, body: dict[str, Any], rec: RequestRecord,
                 chunk = json.loads(data)
             except (ValueError, RecursionError):
                 continue  # a keep-alive or partial line: SSE readers skip what they cannot parse
-            usage_seen = _take_chunk(chunk, rec, clock() - t_sent) or usage_seen
+            usage_seen = _take_chunk(chunk, rec, now) or usage_seen
             if rec.error:
                 break
     except httpio.BadStream as exc:
@@ -255,6 +269,7 @@ def _take_chunk(chunk: Any, rec: RequestRecord, now: float) -> bool:
     verify = chunks.count(spec, "spec_verify_ct", "sglext.spec_tokens_details.") if spec else None
     accept = chunks.number(spec, "spec_accept_length", "sglext.spec_tokens_details.") if spec else None
     if has_text:
+        rec.on_text(now, tokens)
         rec.content_chunks += 1
         rec.last_token_s = now
         if rec.ttft_s is None:

@@ -18,10 +18,12 @@ def read_client(path: str | Path) -> dict[str, Any]:
     """The client's decode rate and accept length from a result file of the same run:
     our ``bench`` document (``eagle3_bench/1``: per-request decode tok/s, accept length from the
     server's counters), a ladder of them (``eagle3_ladder/1``: ``levels``, one such client per
-    concurrency) or SGLang ``bench_serving`` output (a JSON object or JSONL of them, the
+    concurrency), an open-loop bench (``eagle3_serving/1``: one client per request rate, its
+    decode tokens over its decode seconds) or SGLang ``bench_serving`` output (a JSON object or JSONL of them, the
     last line counts: decode tok/s = 1000 / median TPOT, the TPOT excluding the first token)."""
     from ..documents.bench_doc import LADDER_SCHEMA, LIMIT
     from ..documents.bench_doc import SCHEMA as BENCH_SCHEMA
+    from ..documents.serving_doc import SCHEMA as SERVING_SCHEMA
 
     p = Path(path)
     try:  # bounded, regular files only (safeparse): a FIFO or /dev/zero is one line, never a hang
@@ -39,6 +41,8 @@ def read_client(path: str | Path) -> dict[str, Any]:
             doc = None
     if not isinstance(doc, dict):
         raise UserError(f"{path}: not a bench result or a bench_serving JSON(L) result", exit_code=2)
+    if doc.get("schema") == SERVING_SCHEMA:
+        return _open_loop_client(doc, path)
     _check_client(doc, str(path))
     if doc.get("schema") == BENCH_SCHEMA:
         return _bench_client(doc, path)
@@ -68,6 +72,97 @@ def read_client(path: str | Path) -> dict[str, Any]:
             "decode_def": f"1000 / {which} ({tpot:.3f} ms)" if tpot else which,
             "accept_len": al or None,
             "concurrency": doc.get("max_concurrency") or doc.get("concurrency")}
+
+
+OPEN_DECODE_DEF = ("sum over completed requests of tokens after the first chunk / sum of their "
+                   "first-to-last text chunk seconds: every second a request was decoding, at whatever "
+                   "batch size, with the prefills of others inside")
+
+PROBE_OPEN_DEF = ("tokens / sum(batch size x cycle ms) over every decode cycle of the windows in the "
+                  "span, steady and boundary, a prefill that ran inside a cycle included")
+
+
+def _open_loop_client(doc: dict[str, Any], path: str | Path) -> dict[str, Any]:
+    """One client per request rate of an open-loop document, each with the epoch span its
+    schedule ran (one second of slack each side: window records are stamped to the second)."""
+    from ..documents import serving_doc
+
+    serving_doc.check(doc, str(path))
+    levels = []
+    for e in doc["rates"]:
+        s = e["summary"]
+        dec = s.get("decode") or {}
+        span = e.get("span")
+        levels.append({"file": str(path), "kind": "sgl-eagle3 bench, open loop", "open_loop": True,
+                       "request_rate": e["request_rate"], "concurrency": None,
+                       "decode_tok_s": dec.get("per_stream_tok_s"), "decode_tokens": dec.get("tokens"),
+                       "decode_seconds": dec.get("seconds"), "decode_def": OPEN_DECODE_DEF,
+                       "accept_len": s.get("accept_length_decode") or s.get("accept_length"),
+                       "accept_def": ("(completion tokens - first tokens) / verify calls: tokens made by "
+                                      "verifies, as the probes count them" if s.get("accept_length_decode")
+                                      else "completion tokens / verify calls (SGLang's)"),
+                       "span": (span[0] - 1.0, span[1] + 1.0) if span else None})
+    return {"file": str(path), "kind": "sgl-eagle3 bench, open loop", "levels": levels,
+            "decode_def": OPEN_DECODE_DEF}
+
+
+def churn_rate(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The probes' twin of an open-loop client's decode rate: every decode cycle of the records
+    (steady and boundary), each weighted by the requests it served,
+    ``tokens / sum(batch x cycle ms)``, a prefill that ran inside a cycle ("other") included.
+    Steady cycles are exact per batch size (``by_batch``: requests x mean cycle ms); boundary
+    cycles have no per-batch split, so their part is their requests x their mean cycle ms (exact
+    when batch size and cycle time do not co-vary within them). None for records without the
+    steady / boundary split (eagle3_prof/1, older blocks)."""
+    tokens = requests = 0
+    steady_ms = bound_ms = 0.0
+    for r in records:
+        st, bd, bb = r.get("steady"), r.get("boundary"), r.get("by_batch")
+        if not (isinstance(st, dict) and isinstance(bd, dict) and isinstance(bb, dict)) \
+                or r.get("tokens") is None or r.get("requests") is None:
+            return None
+        tokens += r["tokens"]
+        requests += r["requests"]
+        for v in bb.values():
+            cyc = ((v.get("phases") or {}).get(CYCLE) or {}).get("mean_ms")
+            if cyc is not None and v.get("requests") is not None:
+                steady_ms += v["requests"] * cyc
+        b_req = r["requests"] - sum(int(v.get("requests") or 0) for v in bb.values())
+        b_cyc = ((bd.get("phases") or {}).get(CYCLE) or {}).get("mean_ms")
+        if b_req > 0 and b_cyc is not None:
+            bound_ms += b_req * b_cyc
+    total = steady_ms + bound_ms
+    if not (tokens and requests and total > 0):
+        return None
+    return {"per_stream_tok_s": round(tokens * 1000.0 / total, 2),
+            "accept_len": round(tokens / requests, 4), "tokens": tokens, "verifies": requests,
+            "request_seconds": round(total / 1000.0, 4),
+            "boundary_share": round(bound_ms / total, 4),
+            "steady_per_stream_tok_s": round(
+                sum(int(v.get("tokens") or 0) for r in records for v in r["by_batch"].values())
+                * 1000.0 / steady_ms, 2) if steady_ms > 0 else None}
+
+
+def open_loop_agreement(run: ProfileRun, client: dict[str, Any]) -> dict[str, Any]:
+    """An open-loop client against the probes over the same span, like with like: the client's
+    decode tokens / decode seconds against churn_rate (every decode cycle, request-weighted);
+    accept length over every verify on both sides."""
+    def diff(ours: float | None, theirs: float | None) -> float | None:
+        return round((ours / theirs - 1.0) * 100.0, 2) if (ours and theirs) else None
+
+    tw = churn_rate(run.records) or {}
+    ps, al = tw.get("per_stream_tok_s"), tw.get("accept_len")
+    share = tw.get("boundary_share")
+    basis = ("every decode cycle, request-weighted" + (f" ({100 * share:.0f}% boundary)" if share is not None else "")
+             if tw else "no steady/boundary split in these records: no like-for-like figure")
+    return {"client": client, "basis": basis, "twin": tw or None,
+            "decode_tok_s": {"profile": ps, "client": client["decode_tok_s"],
+                             "diff_pct": diff(ps, client["decode_tok_s"])},
+            "accept_len": {"profile": al, "client": client["accept_len"],
+                           "diff_pct": diff(al, client["accept_len"])},
+            "steady_decode_tok_s": {"profile": tw.get("steady_per_stream_tok_s"),
+                                    "diff_pct": diff(tw.get("steady_per_stream_tok_s"), client["decode_tok_s"])},
+            "cycles_def": f"client: {OPEN_DECODE_DEF}; profile: {PROBE_OPEN_DEF}"}
 
 
 def _bench_client(doc: dict[str, Any], path: str | Path) -> dict[str, Any]:

@@ -270,3 +270,91 @@ def ladder_markdown(rs: list[dict[str, Any]]) -> str:
     head = "| " + " | ".join(LADDER_HEAD) + " |"
     sep = "|" + "|".join(["---"] * 2 + [":-:"] * (len(LADDER_HEAD) - 2)) + "|"
     return "\n".join([head, sep] + ["| " + " | ".join(_md(c)) + " |" for c in ladder_cells(rs)])
+
+
+# ---------------------------------------------------------------- open-loop results
+
+
+def is_serving_set(paths: list[str]) -> bool:
+    """True when the first file is an open-loop result (then every file must be one)."""
+    from ..documents.serving_doc import SCHEMA as SERVING_SCHEMA
+
+    first = _scan_path(paths[0])
+    if Path(first).is_dir():  # a folder: the ladder / scan readers say what it should hold
+        return False
+    data = _read(first)
+    return isinstance(data, dict) and data.get("schema") == SERVING_SCHEMA
+
+
+def load_serving_set(paths: list[str]) -> list[dict[str, Any]]:
+    from ..documents.serving_doc import SCHEMA as SERVING_SCHEMA
+    from ..documents.serving_doc import check
+
+    docs = []
+    for p in paths:
+        data = _read(p)
+        if not isinstance(data, dict) or data.get("schema") != SERVING_SCHEMA:
+            raise UserError(f"{p}: not an open-loop result ({SERVING_SCHEMA}); compare open-loop "
+                            "results with open-loop results only", exit_code=2)
+        check(data, str(p))
+        if data.get("label") is not None and not isinstance(data["label"], str):
+            raise UserError(f"{p}: label is not text", exit_code=2)
+        docs.append(data)
+    return docs
+
+
+def serving_rows(docs: list[dict[str, Any]], baseline: str | None = None) -> list[dict[str, Any]]:
+    """One row per (request rate, file): throughput, latency percentiles, goodput and accept
+    length; output tok/s and median ITL against the baseline file at the same rate."""
+    b = pick_baseline(docs, baseline)
+    base = {e["request_rate"]: e["summary"] for e in docs[b]["rates"]}
+    order = sorted({e["request_rate"] for d in docs for e in d["rates"]},
+                   key=lambda r: float("inf") if r == "inf" else r)
+
+    def pct(v: float | None, ref: float | None) -> float | None:
+        return None if v is None or not ref else round((v / ref - 1.0) * 100.0, 2)
+
+    out = []
+    for rate in order:
+        for i, d in enumerate(docs):
+            s = next((e["summary"] for e in d["rates"] if e["request_rate"] == rate), None)
+            if s is None:
+                continue
+            ref = base.get(rate) or {}
+            itl = (s.get("itl_ms") or {}).get("p50")
+            g = s.get("goodput") or {}
+            out.append({"request_rate": rate, "config": d.get("label"), "is_baseline": i == b,
+                        "completed": s.get("completed"), "sent": s.get("sent"), "failed": s.get("failed"),
+                        "request_throughput": s.get("request_throughput"),
+                        "output_throughput": s.get("output_throughput"),
+                        "ttft_p50_ms": (s.get("ttft_ms") or {}).get("p50"),
+                        "ttft_p99_ms": (s.get("ttft_ms") or {}).get("p99"),
+                        "itl_p50_ms": itl, "itl_p99_ms": (s.get("itl_ms") or {}).get("p99"),
+                        "tpot_p50_ms": (s.get("tpot_ms") or {}).get("p50"),
+                        "request_goodput": g.get("request_goodput"), "slo_attainment": g.get("slo_attainment"),
+                        "accept_length": s.get("accept_length"),
+                        "output_vs_baseline_pct": None if i == b else pct(s.get("output_throughput"),
+                                                                          ref.get("output_throughput")),
+                        "itl_p50_vs_baseline_pct": None if i == b else pct(itl, (ref.get("itl_ms") or {}).get("p50"))})
+    return out
+
+
+SERVING_HEAD = ("rate /s", "config", "ok/sent", "req/s", "out tok/s", "vs base", "TTFT p50/p99 ms",
+                "ITL p50/p99 ms", "vs base", "TPOT p50 ms", "goodput req/s", "accept len")
+
+
+def serving_cells(rs: list[dict[str, Any]]) -> list[list[str]]:
+    from ..documents.serving_doc import rate_label
+
+    return [[rate_label(r["request_rate"]), clean(r["config"]), f"{r['completed']}/{r['sent']}",
+             _num(r["request_throughput"], 2), _num(r["output_throughput"]), _p(r, "output_vs_baseline_pct"),
+             f"{_num(r['ttft_p50_ms'])} / {_num(r['ttft_p99_ms'])}",
+             f"{_num(r['itl_p50_ms'], 2)} / {_num(r['itl_p99_ms'], 2)}", _p(r, "itl_p50_vs_baseline_pct"),
+             _num(r["tpot_p50_ms"], 2), _num(r["request_goodput"], 2), _num(r["accept_length"], 2)]
+            for r in rs]
+
+
+def serving_markdown(rs: list[dict[str, Any]]) -> str:
+    head = "| " + " | ".join(SERVING_HEAD) + " |"
+    sep = "|" + "|".join(["---"] * 2 + [":-:"] * (len(SERVING_HEAD) - 2)) + "|"
+    return "\n".join([head, sep] + ["| " + " | ".join(_md(c)) + " |" for c in serving_cells(rs)])

@@ -124,3 +124,31 @@ def plot_ladders(docs: list[dict[str, Any]], path: str | Path) -> Path:
     fig.savefig(p, dpi=120)
     plt.close(fig)
     return p
+
+
+def plot_serving(docs: list[dict[str, Any]], path: str | Path) -> Path:
+    """Open-loop results: TTFT, ITL and E2E latency (p50 solid, p99 dashed) against the request
+    throughput reached, one line per file; rate ``inf`` at its own throughput."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    for d in docs:
+        ss = sorted((e["summary"] for e in d["rates"] if e["summary"].get("completed")),
+                    key=lambda s: s["request_throughput"])
+        xs = [s["request_throughput"] for s in ss]
+        for ax, key in zip(axes, ("ttft_ms", "itl_ms", "e2e_latency_ms"), strict=True):
+            line = ax.plot(xs, [(s[key] or {}).get("p50") for s in ss], marker="o",
+                           label=f"{d.get('label')} p50")[0]
+            ax.plot(xs, [(s[key] or {}).get("p99") for s in ss], marker="x", linestyle="--",
+                    color=line.get_color(), label=f"{d.get('label')} p99")
+    for ax, what in zip(axes, ("TTFT ms", "ITL ms (per token)", "end-to-end latency ms"), strict=True):
+        ax.set_xlabel("request throughput (req/s)")
+        ax.set_ylabel(what)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle("open loop: latency against load")
+    fig.tight_layout()
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(p, dpi=120)
+    plt.close(fig)
+    return p

@@ -6,12 +6,20 @@ A prompt is either a string (sent as one user message) or a list of chat message
 - plain text: one prompt per non-empty line;
 - a JSON list of strings;
 - chat JSONL: one JSON object per line with ``messages`` (OpenAI chat format);
-- ShareGPT: a JSON list of ``{"conversations": [{"from": "human", "value": ...}, ...]}``; the
-  conversation up to (not including) its last assistant turn is sent, so the model answers it.
+- ShareGPT: a JSON list (or JSONL, one item per line) of ``{"conversations": [{"from": "human",
+  "value": ...}, ...]}`` (``conversation`` too, and turns spelled ``role`` / ``content``, as
+  SGLang bench_serving's sharegpt and custom loaders accept); the conversation up to (not
+  including) its last assistant turn is sent, so the model answers it.
+
+An item (a JSON object) may say how long its answer is: ``output_len`` (what the traffic
+generator writes) or ``max_tokens``; its other small fields (``id``, ``expect``, ...) ride along
+into the open-loop result per request (``PromptItem.meta``).
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..runtime.errors import UserError
@@ -23,6 +31,17 @@ Prompt = str | list[dict[str, str]]
 _SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
                    "chatgpt": "assistant", "bard": "assistant", "bing": "assistant",
                    "system": "system"}
+_BODY_KEYS = ("conversations", "conversation", "messages", "output_len", "max_tokens")
+META_FIELD_CAP = 1024   # bytes of JSON per carried field
+META_CAP = 4096         # bytes of JSON per item
+MAX_OUTPUT_LEN = 1_000_000
+
+
+@dataclass
+class PromptItem:
+    prompt: Prompt
+    output_len: int | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
 
 
 def _bad(path: str, why: str) -> UserError:
@@ -40,25 +59,63 @@ def _messages(msgs: Any, path: str, where: str) -> list[dict[str, str]]:
     return out
 
 
-def _sharegpt(item: Any, path: str, i: int) -> list[dict[str, str]] | None:
-    conv = item.get("conversations") if isinstance(item, dict) else None
+def _sharegpt(item: Any, path: str, where: str) -> list[dict[str, str]] | None:
+    conv = item.get("conversations", item.get("conversation")) if isinstance(item, dict) else None
     if not isinstance(conv, list):
-        raise _bad(path, f"item {i}: ShareGPT items need a 'conversations' list")
+        raise _bad(path, f"{where}: ShareGPT items need a 'conversations' list")
     msgs = []
     for turn in conv:
-        if not isinstance(turn, dict) or not isinstance(turn.get("value"), str):
-            raise _bad(path, f"item {i}: each ShareGPT turn needs 'from' and a string 'value'")
-        role = _SHAREGPT_ROLES.get(str(turn.get("from", "")).lower())
+        text = turn.get("value", turn.get("content")) if isinstance(turn, dict) else None
+        if not isinstance(text, str):
+            raise _bad(path, f"{where}: each ShareGPT turn needs 'from' and a string 'value'")
+        who = turn.get("from", turn.get("role", ""))
+        role = _SHAREGPT_ROLES.get(str(who).lower())
         if role is None:
-            raise _bad(path, f"item {i}: unknown ShareGPT speaker {turn.get('from')!r}")
-        msgs.append({"role": role, "content": turn["value"]})
+            raise _bad(path, f"{where}: unknown ShareGPT speaker {who!r}")
+        msgs.append({"role": role, "content": text})
     while msgs and msgs[-1]["role"] == "assistant":
         msgs.pop()  # the model writes the answer; sending it would only lengthen the prompt
     return msgs if any(m["role"] == "user" for m in msgs) else None
 
 
-def parse_prompts(text: str, path: str = "FILE") -> list[Prompt]:
-    """Prompts from a file's text, in any of the formats above; UserError(2) when malformed."""
+def _length(item: dict[str, Any], path: str, where: str) -> int | None:
+    for k in ("output_len", "max_tokens"):
+        if k in item:
+            v = item[k]
+            if not (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_OUTPUT_LEN):
+                raise _bad(path, f"{where}: {k} must be a whole number from 1 to {MAX_OUTPUT_LEN}, "
+                                 f"got {json.dumps(v)[:40]}")
+            return v
+    return None
+
+
+def _meta(item: dict[str, Any]) -> dict[str, Any]:
+    """The item's other fields that are small (bounded per field and per item)."""
+    out: dict[str, Any] = {}
+    size = 0
+    for k, v in item.items():
+        if k in _BODY_KEYS:
+            continue
+        n = len(json.dumps(v)) + len(k)
+        if n <= META_FIELD_CAP and size + n <= META_CAP:
+            out[k] = v
+            size += n
+    return out
+
+
+def _object_item(obj: dict[str, Any], path: str, where: str) -> PromptItem | None:
+    if "messages" in obj:
+        prompt: Prompt | None = _messages(obj["messages"], path, where)
+    else:
+        conv = _sharegpt(obj, path, where)
+        prompt = None if conv is None else (conv[0]["content"] if len(conv) == 1 else conv)
+    if prompt is None:
+        return None
+    return PromptItem(prompt, _length(obj, path, where), _meta(obj))
+
+
+def parse_items(text: str, path: str = "FILE") -> list[PromptItem]:
+    """Prompt items from a file's text, in any of the formats above; UserError(2) when malformed."""
     stripped = text.lstrip()
     if stripped.startswith("["):
         try:
@@ -66,20 +123,13 @@ def parse_prompts(text: str, path: str = "FILE") -> list[Prompt]:
         except ValueError as exc:
             raise _bad(path, f"invalid JSON list ({exc})") from exc
         if data and all(isinstance(x, dict) for x in data):
-            out: list[Prompt] = []
-            for i, item in enumerate(data):
-                if "messages" in item:
-                    out.append(_messages(item["messages"], path, f"item {i}"))
-                else:
-                    conv = _sharegpt(item, path, i)
-                    if conv:
-                        out.append(conv[0]["content"] if len(conv) == 1 else conv)
-            return out
+            items = [_object_item(obj, path, f"item {i}") for i, obj in enumerate(data)]
+            return [it for it in items if it is not None]
         if not all(isinstance(x, str) for x in data):
             raise _bad(path, "a JSON list of strings, of {'messages': [...]} or of ShareGPT items")
-        return [x for x in data if x.strip()]
-    if stripped.startswith("{"):  # chat JSONL
-        prompts: list[Prompt] = []
+        return [PromptItem(x) for x in data if x.strip()]
+    if stripped.startswith("{"):  # chat JSONL, or ShareGPT items one per line
+        out: list[PromptItem] = []
         for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
@@ -87,16 +137,24 @@ def parse_prompts(text: str, path: str = "FILE") -> list[Prompt]:
                 obj = json_loads(line)
             except ValueError as exc:
                 raise _bad(path, f"line {n}: not JSON ({exc})") from exc
-            if not isinstance(obj, dict) or "messages" not in obj:
-                raise _bad(path, f"line {n}: chat JSONL lines need a 'messages' list")
-            prompts.append(_messages(obj["messages"], path, f"line {n}"))
-        return prompts
-    return [line for line in text.splitlines() if line.strip()]
+            if not isinstance(obj, dict) or not any(k in obj for k in ("messages", "conversations",
+                                                                       "conversation")):
+                raise _bad(path, f"line {n}: JSONL lines need a 'messages' or 'conversations' list")
+            it = _object_item(obj, path, f"line {n}")
+            if it is not None:
+                out.append(it)
+        return out
+    return [PromptItem(line) for line in text.splitlines() if line.strip()]
 
 
-def load_prompts(path: str) -> list[Prompt]:
+def parse_prompts(text: str, path: str = "FILE") -> list[Prompt]:
+    """The prompts alone (parse_items)."""
+    return [it.prompt for it in parse_items(text, path)]
+
+
+def load_items(path: str) -> list[PromptItem]:
     """The bounded read (safeparse: a regular file of at most 1 GiB; a binary head refused before
-    the rest is read), then ``parse_prompts``; UserError(2), one line."""
+    the rest is read), then ``parse_items``; UserError(2), one line."""
     try:
         raw = read_bytes(path, what="a prompt file (text, a JSON list, chat JSONL or ShareGPT JSON)",
                          limit=PROMPTS_LIMIT, text=True)
@@ -107,10 +165,14 @@ def load_prompts(path: str) -> list[Prompt]:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise _bad(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
-    prompts = parse_prompts(text, path)
-    if not prompts:
+    items = parse_items(text, path)
+    if not items:
         raise _bad(path, "no prompts in the file")
-    return prompts
+    return items
+
+
+def load_prompts(path: str) -> list[Prompt]:
+    return [it.prompt for it in load_items(path)]
 
 
 def messages_of(prompt: Prompt) -> list[dict[str, str]]:
