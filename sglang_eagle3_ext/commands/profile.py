@@ -128,15 +128,16 @@ def _key_table(summaries: list[dict[str, Any]], baseline_tps: float | None):
     """One row per key: its own steady cycles, phases, acceptance and tok/s (interval over blocks)."""
     from rich.table import Table
 
-    from ..tune.scan_cells import t_interval
-
     rows = [(s, k, v) for s in summaries for k, v in _keys(s).items()]
     if not rows or all(len(_keys(s)) < 2 for s in summaries):
         return None
+    # keys that ran but have no steady cycle: a row each, never dropped (issue 33)
+    bare = [(s, k, kc) for s in summaries for k, kc in (s.get("key_cycles") or {}).items()
+            if not kc.get("steady") and k not in _keys(s)]
     t = Table(title="Steady cycles by key (steps, topk, draft tokens, batch size, graph g / eager e): "
                     "each row is made of that key's own steady cycles")
     many = len(summaries) > 1
-    cols = (["file"] if many else []) + ["key", "cycles (blocks)", "draft", "verify", "extend", "other",
+    cols = (["file"] if many else []) + ["key", "cycles (blocks)", "steady share", "draft", "verify", "extend", "other",
                                          "cycle ms (p50)", "accept len", "accept by position",
                                          "tok/s per stream [95% over blocks]", "tok/s total"]
     if baseline_tps is not None:
@@ -146,11 +147,12 @@ def _key_table(summaries: list[dict[str, Any]], baseline_tps: float | None):
     for s, k, v in rows:
         ph = v.get("phases") or {}
         cyc = ph.get(CYCLE) or {}
-        rates = [r["per_stream_tok_s"] for r in accounting.part_rates(v.get("parts") or [])
-                 if r["per_stream_tok_s"] is not None]
-        iv = t_interval(rates)
+        iv = accounting.block_intervals(v.get("parts") or [])["per_stream_tok_s"]
+        share = v.get("steady_share")
+        few = accounting.trust_note(v)
         cells = ([Path(s["file"]).name] if many else []) + [
-            k, f"{v['cycles']} ({len(v.get('parts') or [])})",
+            k + (" *" if few else ""), f"{v['cycles']} ({len(v.get('parts') or [])})",
+            "n/a" if share is None else f"{share:.0%} of {v.get('all_cycles')}",
             *[_fmt((ph.get(p) or {}).get("mean_ms")) for p in PHASES],
             f"{_fmt(cyc.get('mean_ms'))} ({_fmt(cyc.get('p50_ms'))})", _fmt(v.get("accept_len"), ".3f"),
             " ".join(_fmt(r) for r in v.get("per_position") or []) or "-",
@@ -162,8 +164,15 @@ def _key_table(summaries: list[dict[str, Any]], baseline_tps: float | None):
             cells += [_fmt(be), _fmt(al - be, "+.2f") if (al is not None and be is not None) else "n/a",
                       f"{(ps / baseline_tps - 1) * 100:+.1f}%" if ps else "n/a"]
         t.add_row(*cells)
+    for s, k, kc in bare:
+        t.add_row(*([Path(s["file"]).name] if many else []), k + " *", "0 (0)", f"0% of {kc['all']}",
+                  *["n/a"] * (len(cols) - 3 - (1 if many else 0)))
     t.caption = ("tok/s per stream = accept len x 1000 / the key's mean steady cycle ms; interval: 95 % "
-                 "Student-t over the key's hold blocks (parts); boundary cycles are in the table above")
+                 "Student-t over the key's hold blocks (jackknife of the pooled figure); steady share = the "
+                 "key's steady cycles of all its cycles (a cycle at a new batch size is its new key's; one "
+                 "next to a prefill, an idle gap or a step switch is a boundary); * = few steady cycles "
+                 f"(< {accounting.FEW_CYCLES}), < {accounting.FEW_BLOCKS} hold blocks or a steady share "
+                 "below 50 %: read with care; boundary cycles are in the table above")
     return t
 
 
