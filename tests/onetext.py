@@ -83,6 +83,7 @@ class Serve:
         self.client = {"tokens": 0, "verifies": 0, "requests": 0}
         self.sizes: list[int] = []  # the decode batch size of every cycle
         self.steps_ran: list[int] = []
+        self.log: list[tuple[int, int, list[int], int]] = []  # per cycle: bs, steps, counts, prefills before it
 
     def _batch(self, bs: int, extend: bool) -> Any:
         mode = types.SimpleNamespace(is_extend=lambda: extend, is_idle=lambda: False)
@@ -137,6 +138,7 @@ class Serve:
                 counts.append(a)
                 r[1] += a + 1
                 self.client["verifies"] += 1
+            self.log.append((bs, s, counts, max(0, joins)))
             if self.overlap:  # V2: this batch's result is processed while the next one runs
                 if pending is not None:
                     probes.record_accept(pending, bonus_included=False)

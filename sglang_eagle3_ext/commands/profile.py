@@ -190,19 +190,32 @@ def _key_summaries(s: dict[str, Any]) -> list[dict[str, Any]]:
                  "note": "per-position acceptance over every batch size of the file"}
                 for k, v in bb.items() if v.get("phases")]
     if len(keys) < 2:
-        return [dict(s, key=next(iter(keys), None))]
+        return [dict(s, key=next(iter(keys), None), measured={})]
     best: dict[Any, tuple[str, dict[str, Any]]] = {}
+    chains: dict[Any, list[dict[str, Any]]] = {}
     for k, v in keys.items():
         if v.get("topk") not in (None, 1) or not v.get("steps"):
             continue
+        chains.setdefault(v.get("bs"), []).append(v)
         cur = best.get(v.get("bs"))
         if cur is None or v["steps"] > cur[1]["steps"]:
             best[v.get("bs")] = (k, v)
-    return [{"file": s["file"], "key": k, "basis": "steady", "phases": v["phases"],
-             "per_position": v.get("per_position") or [], "accept_len": v.get("accept_len"),
-             "eff_tok_s": v.get("per_stream_tok_s"),
-             "spec": {"steps": v["steps"], "topk": v.get("topk"), "draft_tokens": v.get("draft_tokens")}}
-            for k, v in (best[b] for b in sorted(best, key=lambda x: (x is None, x)))]
+    out = []
+    for b in sorted(best, key=lambda x: (x is None, x)):
+        k, v = best[b]
+        same = chains[b]
+        pos = v.get("per_position") or []
+        note = None
+        if len(same) > 1:  # every cycle at this batch size that ran a position observed it (exact)
+            pos = analysis.pooled_rates([(c["steps"], c.get("accept_hist") or {}) for c in same])
+            note = (f"per-position acceptance pooled over the {len(same)} chains at batch {b} (steps "
+                    f"{', '.join(str(c['steps']) for c in sorted(same, key=lambda c: c['steps']))})")
+        out.append({"file": s["file"], "key": k, "basis": "steady", "phases": v["phases"],
+                    "per_position": pos, "accept_len": v.get("accept_len"),
+                    "eff_tok_s": v.get("per_stream_tok_s"), "note": note, "pooled": len(same) > 1,
+                    "measured": {c["steps"]: c.get("accept_len") for c in same},
+                    "spec": {"steps": v["steps"], "topk": v.get("topk"), "draft_tokens": v.get("draft_tokens")}})
+    return out
 
 
 def _basis(s: dict[str, Any]) -> str:
@@ -395,7 +408,7 @@ def _rank_table(base: str, spread: dict[str, Any]):
     return t
 
 
-def _predict_table(s: dict[str, Any], preds: list[analysis.Prediction]):
+def _predict_table(s: dict[str, Any], preds: list[analysis.Prediction], check: list[dict[str, Any]] | None = None):
     from rich.table import Table
 
     which = (f"key {s['key']}" if s.get("key") else (_mix(s) or "the file")) + (f"; {s['note']}" if s.get("note") else "")
@@ -411,7 +424,24 @@ def _predict_table(s: dict[str, Any], preds: list[analysis.Prediction]):
             "-" if p.vs_baseline_pct is None else f"{p.vs_baseline_pct:+.1f}%",
             p.kind,
         )
+    t.caption = plain(_check_caption(check or []))
     return t
+
+
+def _check_caption(check: list[dict[str, Any]]) -> str:
+    """What the model is worth on this traffic: against every step count measured here, or, with
+    only the one it came from, what it assumes and how far that went on one repeated text."""
+    multi = check if len(check) > 1 else []  # one chain: its own rates give its own accept back exactly
+    if multi:
+        worst = max(multi, key=lambda c: abs(c["diff_pct"]))
+        return ("per-position model against the step counts measured on this traffic: "
+                + ", ".join(f"{c['steps']} steps {c['model_accept_len']:.3f} vs {c['measured_accept_len']:.3f} "
+                            f"({c['diff_pct']:+.1f} %)" for c in multi)
+                + f"; predicted rows carry that error (worst {worst['diff_pct']:+.1f} %)")
+    return ("one step count measured: predicted rows assume a shorter chain's cycles start where this chain's "
+            "did; on one repeated text (every request the same prompt at temperature 0) a chain's cycle starts "
+            "depend on its step count, and the model was off by up to -3.6 % (CPU, tiny 8B chat path: 2 steps "
+            "from 4 -2.8 %, 3 from 4 -3.6 %); over many prompts within ~1 % (docs/profiling.md)")
 
 
 def _choices_table(summaries: list[dict[str, Any]]):
@@ -461,13 +491,14 @@ def run(args: argparse.Namespace) -> int:
         for s in summaries:
             for ks in _key_summaries(s):
                 try:
-                    preds = analysis.predict_from_run(ks, step_ms)
+                    preds = analysis.predict_from_run(ks, step_ms, ks.get("accept_len") if ks.get("pooled") else None)
                 except UserError as exc:
                     where = f"{s['file']}" + (f" key {ks['key']}" if ks.get("key") else "")
                     raise UserError(f"{where}: {exc}", exit_code=exc.exit_code) from None
                 name = s["file"] + (f" [{ks['key']}]" if ks.get("key") and _mix(s) else "")
+                check = analysis.model_check(ks.get("per_position") or [], ks.get("measured") or {})
                 predictions[name] = {"rows": preds, "recommendation": analysis.recommend(preds), "summary": ks,
-                                     "key": ks.get("key")}
+                                     "key": ks.get("key"), "check": check}
     agree: dict[str, Any] = {}
     if args.bench:
         client = client_twin.read_client(args.bench)
@@ -486,7 +517,7 @@ def run(args: argparse.Namespace) -> int:
             "files": summaries,
             "predictions": {f: {"rows": [p.to_dict() for p in v["rows"]],
                                 "recommendation": v["recommendation"], "key": v["key"],
-                                "baseline_step_ms": step_ms}
+                                "baseline_step_ms": step_ms, "model_check": v["check"]}
                             for f, v in predictions.items()},
             "agreement": agree,
             "ranks": ranks,
@@ -514,7 +545,7 @@ def run(args: argparse.Namespace) -> int:
             err.print(f"note: ... and {len(notes) - _MAX_NOTES} more for {clean(s['file'])} (see --json)",
                       highlight=False, markup=False)
     for v in predictions.values():
-        out.print(_predict_table(v["summary"], v["rows"]))
+        out.print(_predict_table(v["summary"], v["rows"], v["check"]))
         out.print(v["recommendation"], highlight=False, markup=False)
     return 0
 
