@@ -279,6 +279,27 @@ def block_intervals(parts: list[list[Any]]) -> dict[str, Any]:
     return out
 
 
+def window_intervals(records: list[dict[str, Any]], bs: int | None) -> dict[str, Any]:
+    """95 % intervals of a span's figures over its windows (``block_intervals`` with windows as
+    the blocks): accept length over every verify of each window, and per-stream tok/s over the
+    steady cycles at batch size ``bs`` (the by_batch entry, when ``bs`` is given). What the
+    figure of a few windows is worth: on one repeated text the windows' edges cut requests at
+    stretches of their own choosing (docs/profiling.md)."""
+    every, at = [], []
+    for r in records:
+        w = r.get("window")
+        ms = (r.get("phases") or {}).get(CYCLE, {}).get("mean_ms")
+        if r.get("requests") and r.get("accepted_drafts") is not None and r.get("cycles") and ms is not None:
+            every.append([w, r["cycles"], r["cycles"] * ms, r["requests"] + r["accepted_drafts"], r["requests"]])
+        b = (r.get("by_batch") or {}).get(str(bs)) if bs is not None else None
+        bms = ((b or {}).get("phases") or {}).get(CYCLE, {}).get("mean_ms")
+        if b and b.get("cycles") and b.get("requests") and b.get("tokens") is not None and bms is not None:
+            at.append([w, b["cycles"], b["cycles"] * bms, b["tokens"], b["requests"]])
+    return {"accept_len": block_intervals(every)["accept_len"],
+            "per_stream_tok_s": block_intervals(at)["per_stream_tok_s"] if at else None,
+            "windows": len(every), "basis": "95 % t-interval over the windows (jackknife of the pooled figure)"}
+
+
 def control_summary(records: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The /3 ``control`` over windows: the decider(s), candidates and decode cycles per batch size
     per step count summed (what SGLang's own adaptive mode, or a held schedule, ran where); None
