@@ -145,7 +145,10 @@ def new_document(opts: ScanOptions, version: str, cfg: Any) -> dict[str, Any]:
                                     "(one key: these steps at this batch size)",
                 "throughput_tok_s": "probes: tokens x 1000 / summed cycle ms of the key's steady cycles",
                 "accept_len": "tokens per request per cycle, incl. the bonus token",
-                "interval": "95 % t-interval of the mean over hold blocks of the key",
+                "interval": "95 % t-interval over the key's hold blocks: jackknife of the pooled figure "
+                            "(per_stream_tok_s, accept_len, cycle_ms), each block weighed by its cycles",
+                "steady_share": "the key's steady cycles of all its cycles; trust: why to read a cell with care "
+                                "(few steady cycles, few blocks, a small share), else null",
                 "step 0": STEP0_LABEL,
                 "client": "the bench client over the whole level: every step count of the schedule and "
                           "boundary cycles together; per_stream_tok_s is the mean of per-request rates",
