@@ -181,6 +181,16 @@ def test_predict_pools_every_chain_and_says_what_the_model_is_worth(tmp_path, mo
     rc = cli.main(["profile", str(tmp_path / "many" / "static4.jsonl"), "--predict"])
     out = capsys.readouterr().out
     assert rc == 0 and "one step count measured" in " ".join(out.split())
+    # what that caption quotes: a static 4-step server on the one text, predicting 2 and 3 steps
+    (tmp_path / "one").mkdir()
+    with contextlib.redirect_stderr(io.StringIO()):
+        onetext.static_truth(tmp_path / "one", monkeypatch, 4, tokens=TOKENS)
+    rc = cli.main(["profile", str(tmp_path / "one" / "static4.jsonl"), "--predict", "--json", "--all-windows"])
+    (pred,) = json.loads(capsys.readouterr().out)["predictions"].values()
+    got = {r["steps"]: 100 * (r["accept_len"] / truth[r["steps"]]["accept_len"] - 1) for r in pred["rows"]
+           if r["steps"] in (2, 3)}
+    said.append("--predict from a static 4-step server, one text: " + ", ".join(f"{s}: {e:+.1f} %" for s, e in got.items()))
+    assert got[2] == pytest.approx(-2.8, abs=0.3) and got[3] == pytest.approx(-4.4, abs=0.3)  # the caption's figures
     print("\n" + "\n".join(said))
 
 

@@ -5,6 +5,7 @@ numbers (--bench)."""
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import Any
 
@@ -156,7 +157,7 @@ def _key_table(summaries: list[dict[str, Any]], baseline_tps: float | None):
             *[_fmt((ph.get(p) or {}).get("mean_ms")) for p in PHASES],
             f"{_fmt(cyc.get('mean_ms'))} ({_fmt(cyc.get('p50_ms'))})", _fmt(v.get("accept_len"), ".3f"),
             " ".join(_fmt(r) for r in v.get("per_position") or []) or "-",
-            _fmt(v.get("per_stream_tok_s"), ".1f") + (f" [{iv[0]:.1f}, {iv[1]:.1f}]" if iv else ""),
+            _fmt(v.get("per_stream_tok_s"), ".1f") + _iv(iv, ".1f"),
             _fmt(v.get("throughput_tok_s"), ".1f")]
         if baseline_tps is not None:
             be = analysis.break_even_accept_len(cyc["mean_ms"], baseline_tps) if cyc.get("mean_ms") else None
@@ -327,7 +328,11 @@ def _agreement_table(s: dict[str, Any], a: dict[str, Any]):
 
 
 def _iv(iv: list[float] | None, spec: str) -> str:
-    return f" [{iv[0]:{spec}}, {iv[1]:{spec}}]" if iv else ""
+    """`` [lo, hi]`` rounded outward to ``spec``'s digits, so it holds the figure printed beside it."""
+    if not iv:
+        return ""
+    k = 10 ** int(spec.strip(".f"))
+    return f" [{math.floor(iv[0] * k) / k:{spec}}, {math.ceil(iv[1] * k) / k:{spec}}]"
 
 
 def _agree(s: dict[str, Any], run: Any, client: dict[str, Any], all_windows: bool) -> dict[str, Any]:
@@ -457,8 +462,8 @@ def _check_caption(check: list[dict[str, Any]]) -> str:
                 + f"; predicted rows carry that error (worst {worst['diff_pct']:+.1f} %)")
     return ("one step count measured: predicted rows assume a shorter chain's cycles start where this chain's "
             "did; on one repeated text (every request the same prompt at temperature 0) a chain's cycle starts "
-            "depend on its step count, and the model was off by up to -3.6 % (CPU, tiny 8B chat path: 2 steps "
-            "from 4 -2.8 %, 3 from 4 -3.6 %); over many prompts within ~1 % (docs/profiling.md)")
+            "depend on its step count, and the model was off by up to -4.4 % (CPU, tiny 8B chat path: 2 steps "
+            "from 4 -2.8 %, 3 from 4 -4.4 %); over many prompts within ~1 % (docs/profiling.md)")
 
 
 def _choices_table(summaries: list[dict[str, Any]]):

@@ -208,7 +208,8 @@ def drive_level(srv_url: str, opts: ScanOptions, ls: LevelState, tail: RecordTai
                               f"is --max-running-requests below {ls.level}?")
             return model
         absent = [s for s in opts.candidates if not cov.get(s)]
-        if absent and all(cov.get(s, 0) >= 2 * opts.min_cycles for s in opts.candidates if s not in absent):
+        present = [s for s in opts.candidates if s not in absent]  # none yet: no window closed at this level
+        if absent and present and all(cov.get(s, 0) >= 2 * opts.min_cycles for s in present):
             # the schedule visited them (it rotates every block), but the probes matched no accept
             # counts to their cycles: waiting longer would not help
             ls.stop_reason = (f"steps {absent}: no steady cycle with accept counts at batch size {ls.level} while "
