@@ -5,7 +5,6 @@ numbers (--bench)."""
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 from typing import Any
 
@@ -328,11 +327,7 @@ def _agreement_table(s: dict[str, Any], a: dict[str, Any]):
 
 
 def _iv(iv: list[float] | None, spec: str) -> str:
-    """`` [lo, hi]`` rounded outward to ``spec``'s digits, so it holds the figure printed beside it."""
-    if not iv:
-        return ""
-    k = 10 ** int(spec.strip(".f"))
-    return f" [{math.floor(iv[0] * k) / k:{spec}}, {math.ceil(iv[1] * k) / k:{spec}}]"
+    return f" [{iv[0]:{spec}}, {iv[1]:{spec}}]" if iv else ""
 
 
 def _agree(s: dict[str, Any], run: Any, client: dict[str, Any], all_windows: bool) -> dict[str, Any]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import signal
 from pathlib import Path
@@ -345,8 +344,7 @@ def render(doc: dict[str, Any]) -> None:
                    *[_f((ph.get(k) or {}).get("mean_ms"), ".2f") for k in PHASES],
                    _f(c["cycle_ms"], ".2f"), _f(c["accept_len"], ".2f"),
                    " ".join(_f(r, ".2f") for r in c["per_position"]) or "-",
-                   _f(c["per_stream_tok_s"]) + (f" [{math.floor(iv[0] * 10) / 10:.1f}, {math.ceil(iv[1] * 10) / 10:.1f}]"
-                                                if iv else ""),
+                   _f(c["per_stream_tok_s"]) + (f" [{iv[0]:.1f}, {iv[1]:.1f}]" if iv else ""),
                    _f(c["throughput_tok_s"])]
             if vs_name:
                 row.append(f"{(c['per_stream_tok_s'] / ref - 1) * 100:+.1f}%" if c["per_stream_tok_s"] else "-")
