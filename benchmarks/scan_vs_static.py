@@ -102,7 +102,8 @@ def compare(folder: Path) -> dict[str, Any]:
                          "static_client_aggregate": lv["client_aggregate"], "static_client_mean": lv["client_mean"],
                          "scan_accept": c.get("accept_len"), "static_accept_sglang": lv["accept_length"],
                          "static_accept_probes": bb.get("accept_len"),
-                         "accept_diff_pct": _pct(c.get("accept_len"), lv["accept_length"])})
+                         "accept_diff_pct": _pct(c.get("accept_len"), lv["accept_length"]),
+                         "holds": _holds(c, ref, lv["accept_length"])})
     plain = next((s for s in servers if s["steps"] is None), None)
     step0 = []
     for n in doc["levels"]:
@@ -139,6 +140,17 @@ def _f(v: Any, spec: str = ".1f") -> str:
     return "-" if v is None else format(v, spec)
 
 
+def _holds(c: dict[str, Any], tok_s: float | None, accept: float | None) -> dict[str, bool | None]:
+    """Does the cell's 95 % interval hold the static server's figure (None: no interval or figure;
+    scans before issue 33 have no accept-length interval)."""
+    iv = c.get("interval") or {}
+    out: dict[str, bool | None] = {}
+    for k, ref in (("per_stream_tok_s", tok_s), ("accept_len", accept)):
+        lo_hi = iv.get(k)
+        out[k] = None if (not lo_hi or ref is None) else bool(lo_hi[0] <= ref <= lo_hi[1])
+    return out
+
+
 def _p(v: float | None) -> str:
     return "-" if v is None else f"{v:+.1f}%"
 
@@ -155,6 +167,12 @@ def render(res: dict[str, Any]) -> str:
                      f"({r['static_basis']}) | {_p(r['diff_pct'])} | {sp} | {_f(r['static_client_aggregate'])} / "
                      f"{_f(r['static_client_mean'])} | {_f(r['scan_accept'], '.2f')} / "
                      f"{_f(r['static_accept_sglang'], '.2f')} / {_f(r['static_accept_probes'], '.2f')} |")
+    for k, name in (("per_stream_tok_s", "tok/s (the static figure above)"), ("accept_len", "accept len (SGLang's counter)")):
+        got = [r for r in res["rows"] if r.get("holds", {}).get(k) is not None]
+        if got:
+            miss = [f"{r['steps']} steps x {r['streams']}" for r in got if not r["holds"][k]]
+            lines.append(f"cells whose 95 % interval holds the static {name}: {len(got) - len(miss)} of {len(got)}"
+                         + (f" (not: {', '.join(miss)})" if miss else ""))
     lines += ["", "step 0 (SGLang's 0-step state, scan probes) vs the plain server (no speculation; client aggregate)",
               "| streams | scan step 0 | plain aggregate / mean | step 0 vs plain |", "|:-:|:-:|:-:|:-:|"]
     for r in res["step0"]:

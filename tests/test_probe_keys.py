@@ -81,11 +81,22 @@ def _run(ctrl, clock, cycles: int, bs: int = 2, graph: bool = True, pending=None
     return None
 
 
+def pin_rotation(monkeypatch):
+    """The schedule's draws (hold.round_order / block_length) replaced by a fixed rotation, forward
+    then back, blocks of exactly N: the windows below are then known by hand. The shuffled
+    schedule itself is tested in test_stepctl.py and test_scan_one_text.py."""
+    from sglang_eagle3_ext.runtime import hold
+
+    monkeypatch.setattr(hold, "block_length", lambda level, block_id, n: n)
+    monkeypatch.setattr(hold, "round_order", lambda level, rnd, c: tuple(c) if rnd % 2 == 0 else tuple(c)[::-1])
+
+
 def test_held_blocks_are_tagged_after_the_switch_and_accepts_find_their_cycle(tmp_path, monkeypatch):
-    """Hold blocks of 4 over steps 3, 1 (then 1, 3: the rotation turns): 16 cycles, windows of 7.
+    """Hold blocks of 4 over steps 3, 1 (then 1, 3: a pinned rotation): 16 cycles, windows of 7.
     Each key holds only its own cycles and accepts; the first cycle at a new step count is a
     'switch' boundary; the last cycle of a window, whose counts arrive in the next window, stays out
     of by_key (and says nothing wrong)."""
+    pin_rotation(monkeypatch)
     monkeypatch.setenv("SGLANG_EAGLE3_HOLD", "4")
     ctrl = FakeController(built=(1, 3), start=3)
     stepctl.init_hook("hold", list)(lambda self: None, ctrl)
@@ -284,9 +295,11 @@ def test_committed_hold_sample_is_what_the_probes_write(tmp_path, monkeypatch):
     assert sorted(keys, key=accounting._key_order) == list(keys)
     assert {(v["bs"], v["steps"]) for v in keys.values()} == {(b, s) for b in (1, 8) for s in range(4)}
     ctl = accounting.control_summary(recs)
-    # every load level rotated through every candidate: 12 blocks of 8 = 24 cycles per step count
-    assert ctl["choices"] == {"1": {"0": 24, "1": 24, "2": 24, "3": 24}, "8": {"0": 24, "1": 24, "2": 24, "3": 24}}
-    assert all(len(v["parts"]) == 3 for v in keys.values())  # 3 blocks per (steps, bs)
+    # every load level went through every candidate on its own count: 96 cycles each, in blocks of
+    # 4..12 cycles (mean 8), every candidate once per round in a shuffled order (hold.py)
+    assert ctl["choices"] == {"1": {"0": 16, "1": 20, "2": 31, "3": 29}, "8": {"0": 20, "1": 21, "2": 30, "3": 25}}
+    assert all(sum(v.values()) == 96 for v in ctl["choices"].values())
+    assert [len(keys[f"s{s}.k1.d{s + 1}.b{b}.g"]["parts"]) for b in (1, 8) for s in range(4)] == [2, 2, 3, 3, 3, 4, 4, 4]
     assert keys["s0.k1.d1.b8.g"]["per_position"] == [] and keys["s0.k1.d1.b8.g"]["accept_len"] == 1.0
 
 

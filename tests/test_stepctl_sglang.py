@@ -19,6 +19,8 @@ import sys
 import pytest
 from conftest import REPO, requires_sglang, subprocess_env
 
+from sglang_eagle3_ext.runtime import hold
+
 CHILD = r'''
 import json, os, tempfile, types
 from sglang.srt.plugins import load_plugins
@@ -166,8 +168,11 @@ def test_real_controller_holds_the_schedule(children):
     r, log = children["hold"]
     assert r["registered"] == TARGETS and set(TARGETS) <= set(r["patched"])
     assert r["decider"] == ["hold", [5, 4, 3, 2, 1, 0]]
-    assert r["ran"] == [5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0, 0, 0]  # blocks of 2, then the turn
-    assert r["applied"] == [5, 4, 3, 2, 1, 0]  # init's own activation, then one per block change
+    # bs 3 pads to the graph size 4: that level's schedule, blocks of 1..3 cycles (mean 2)
+    ran = [hold.slot(i, 2, (5, 4, 3, 2, 1, 0), 4)[1] for i in range(14)]
+    assert r["ran"] == ran and len(set(ran)) >= 4
+    changes = [b for a, b in zip([5, *ran], ran, strict=False) if a != b]
+    assert r["applied"] == [5, *changes]  # init's own activation, then one per change of step count
     assert r["ema_batches"] == 0 and r["observed"] == 13
     assert "step control: hold decider installed" in log
 
@@ -190,9 +195,12 @@ def test_real_decode_branch_switches_inside_and_the_probes_tag_after(children):
     the draft-token count the verify ran with; counts one cycle late land on their own cycle."""
     r, _ = children["e2e"]
     assert r["missing"] == [] and set(TARGETS) <= set(r["registered"])
-    assert r["ran"] == [3, 3, 2, 2, 1, 1, 1, 1]  # blocks of 2 over 3, 2, 1, then the turn
-    assert r["by_key"] == {"s3.k1.d4.b2.e": [2, 2.5, 4], "s2.k1.d3.b2.e": [1, 2.0, 3],
-                           "s1.k1.d2.b2.e": [3, 1.5, 2]}  # the first cycle at a new count is a switch
-    assert r["switch"] == 2
-    assert r["control"] == {"decider": "hold", "block": 3, "candidates": [3, 2, 1],
-                            "choices": {"2": {"1": 4, "2": 2, "3": 2}}}
+    slots = [hold.slot(i, 2, (3, 2, 1), 2) for i in range(8)]  # bs 2: its own level
+    ran = [st for _, st in slots]
+    assert r["ran"] == ran
+    switch = [i for i in range(1, 8) if ran[i] != ran[i - 1]]  # the first cycle at a new count
+    steady = {st: sum(1 for i, x in enumerate(ran) if x == st and i not in switch) for st in set(ran)}
+    assert r["by_key"] == {f"s{st}.k1.d{st + 1}.b2.e": [n, (st + 2) / 2, st + 1] for st, n in steady.items() if n}
+    assert r["switch"] == len(switch)
+    assert r["control"] == {"decider": "hold", "block": slots[-1][0], "candidates": [3, 2, 1],
+                            "choices": {"2": {str(st): ran.count(st) for st in sorted(set(ran))}}}

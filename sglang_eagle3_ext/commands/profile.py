@@ -128,15 +128,16 @@ def _key_table(summaries: list[dict[str, Any]], baseline_tps: float | None):
     """One row per key: its own steady cycles, phases, acceptance and tok/s (interval over blocks)."""
     from rich.table import Table
 
-    from ..tune.scan_cells import t_interval
-
     rows = [(s, k, v) for s in summaries for k, v in _keys(s).items()]
     if not rows or all(len(_keys(s)) < 2 for s in summaries):
         return None
+    # keys that ran but have no steady cycle: a row each, never dropped (issue 33)
+    bare = [(s, k, kc) for s in summaries for k, kc in (s.get("key_cycles") or {}).items()
+            if not kc.get("steady") and k not in _keys(s)]
     t = Table(title="Steady cycles by key (steps, topk, draft tokens, batch size, graph g / eager e): "
                     "each row is made of that key's own steady cycles")
     many = len(summaries) > 1
-    cols = (["file"] if many else []) + ["key", "cycles (blocks)", "draft", "verify", "extend", "other",
+    cols = (["file"] if many else []) + ["key", "cycles (blocks)", "steady share", "draft", "verify", "extend", "other",
                                          "cycle ms (p50)", "accept len", "accept by position",
                                          "tok/s per stream [95% over blocks]", "tok/s total"]
     if baseline_tps is not None:
@@ -146,15 +147,16 @@ def _key_table(summaries: list[dict[str, Any]], baseline_tps: float | None):
     for s, k, v in rows:
         ph = v.get("phases") or {}
         cyc = ph.get(CYCLE) or {}
-        rates = [r["per_stream_tok_s"] for r in accounting.part_rates(v.get("parts") or [])
-                 if r["per_stream_tok_s"] is not None]
-        iv = t_interval(rates)
+        iv = accounting.block_intervals(v.get("parts") or [])["per_stream_tok_s"]
+        share = v.get("steady_share")
+        few = accounting.trust_note(v)
         cells = ([Path(s["file"]).name] if many else []) + [
-            k, f"{v['cycles']} ({len(v.get('parts') or [])})",
+            k + (" *" if few else ""), f"{v['cycles']} ({len(v.get('parts') or [])})",
+            "n/a" if share is None else f"{share:.0%} of {v.get('all_cycles')}",
             *[_fmt((ph.get(p) or {}).get("mean_ms")) for p in PHASES],
             f"{_fmt(cyc.get('mean_ms'))} ({_fmt(cyc.get('p50_ms'))})", _fmt(v.get("accept_len"), ".3f"),
             " ".join(_fmt(r) for r in v.get("per_position") or []) or "-",
-            _fmt(v.get("per_stream_tok_s"), ".1f") + (f" [{iv[0]:.1f}, {iv[1]:.1f}]" if iv else ""),
+            _fmt(v.get("per_stream_tok_s"), ".1f") + _iv(iv, ".1f"),
             _fmt(v.get("throughput_tok_s"), ".1f")]
         if baseline_tps is not None:
             be = analysis.break_even_accept_len(cyc["mean_ms"], baseline_tps) if cyc.get("mean_ms") else None
@@ -162,8 +164,15 @@ def _key_table(summaries: list[dict[str, Any]], baseline_tps: float | None):
             cells += [_fmt(be), _fmt(al - be, "+.2f") if (al is not None and be is not None) else "n/a",
                       f"{(ps / baseline_tps - 1) * 100:+.1f}%" if ps else "n/a"]
         t.add_row(*cells)
+    for s, k, kc in bare:
+        t.add_row(*([Path(s["file"]).name] if many else []), k + " *", "0 (0)", f"0% of {kc['all']}",
+                  *["n/a"] * (len(cols) - 3 - (1 if many else 0)))
     t.caption = ("tok/s per stream = accept len x 1000 / the key's mean steady cycle ms; interval: 95 % "
-                 "Student-t over the key's hold blocks (parts); boundary cycles are in the table above")
+                 "Student-t over the key's hold blocks (jackknife of the pooled figure); steady share = the "
+                 "key's steady cycles of all its cycles (a cycle at a new batch size is its new key's; one "
+                 "next to a prefill, an idle gap or a step switch is a boundary); * = few steady cycles "
+                 f"(< {accounting.FEW_CYCLES}), < {accounting.FEW_BLOCKS} hold blocks or a steady share "
+                 "below 50 %: read with care; boundary cycles are in the table above")
     return t
 
 
@@ -181,19 +190,32 @@ def _key_summaries(s: dict[str, Any]) -> list[dict[str, Any]]:
                  "note": "per-position acceptance over every batch size of the file"}
                 for k, v in bb.items() if v.get("phases")]
     if len(keys) < 2:
-        return [dict(s, key=next(iter(keys), None))]
+        return [dict(s, key=next(iter(keys), None), measured={})]
     best: dict[Any, tuple[str, dict[str, Any]]] = {}
+    chains: dict[Any, list[dict[str, Any]]] = {}
     for k, v in keys.items():
         if v.get("topk") not in (None, 1) or not v.get("steps"):
             continue
+        chains.setdefault(v.get("bs"), []).append(v)
         cur = best.get(v.get("bs"))
         if cur is None or v["steps"] > cur[1]["steps"]:
             best[v.get("bs")] = (k, v)
-    return [{"file": s["file"], "key": k, "basis": "steady", "phases": v["phases"],
-             "per_position": v.get("per_position") or [], "accept_len": v.get("accept_len"),
-             "eff_tok_s": v.get("per_stream_tok_s"),
-             "spec": {"steps": v["steps"], "topk": v.get("topk"), "draft_tokens": v.get("draft_tokens")}}
-            for k, v in (best[b] for b in sorted(best, key=lambda x: (x is None, x)))]
+    out = []
+    for b in sorted(best, key=lambda x: (x is None, x)):
+        k, v = best[b]
+        same = chains[b]
+        pos = v.get("per_position") or []
+        note = None
+        if len(same) > 1:  # every cycle at this batch size that ran a position observed it (exact)
+            pos = analysis.pooled_rates([(c["steps"], c.get("accept_hist") or {}) for c in same])
+            note = (f"per-position acceptance pooled over the {len(same)} chains at batch {b} (steps "
+                    f"{', '.join(str(c['steps']) for c in sorted(same, key=lambda c: c['steps']))})")
+        out.append({"file": s["file"], "key": k, "basis": "steady", "phases": v["phases"],
+                    "per_position": pos, "accept_len": v.get("accept_len"),
+                    "eff_tok_s": v.get("per_stream_tok_s"), "note": note, "pooled": len(same) > 1,
+                    "measured": {c["steps"]: c.get("accept_len") for c in same},
+                    "spec": {"steps": v["steps"], "topk": v.get("topk"), "draft_tokens": v.get("draft_tokens")}})
+    return out
 
 
 def _basis(s: dict[str, Any]) -> str:
@@ -287,16 +309,25 @@ def _agreement_table(s: dict[str, Any], a: dict[str, Any]):
         return "n/a" if v is None else f"{v:+.1f}%"
 
     d, al = a["decode_tok_s"], a["accept_len"]
+    iv = a.get("interval") or {}
     t.add_row(f"decode tok/s per stream ({a['basis']} cycles)", _fmt(d["profile"], ".1f"),
               _fmt(d["client"], ".1f"), pct(d["diff_pct"]))
     if a["basis"] == "steady":  # (a batch-matched comparison has no all-cycles twin)
         ac = a["all_cycles_decode_tok_s"]
         t.add_row("decode tok/s per stream (all cycles)", _fmt(ac["profile"], ".1f"), _fmt(d["client"], ".1f"),
                   pct(ac["diff_pct"]))
-    t.add_row("accept len (incl. bonus; every verify)", _fmt(al["profile"], ".3f"), _fmt(al["client"], ".3f"),
-              pct(al["diff_pct"]))
-    t.caption = plain(f"client decode rate: {c['decode_def']}; profile: {a.get('windows', 'every window')}")
+    t.add_row("accept len (incl. bonus; every verify)", _fmt(al["profile"], ".3f"),
+              _fmt(al["client"], ".3f"), pct(al["diff_pct"]))
+    spread = [f"{name}{_iv(iv.get(k), spec)}" for name, k, spec in (("tok/s", "per_stream_tok_s", ".1f"),
+                                                                    ("accept len", "accept_len", ".3f")) if iv.get(k)]
+    t.caption = plain(f"client decode rate: {c['decode_def']}; profile: {a.get('windows', 'every window')}"
+                      + (f"; 95 % over its {iv['windows']} windows (what a figure of that many windows is worth): "
+                         + ", ".join(spread) if spread else ""))
     return t
+
+
+def _iv(iv: list[float] | None, spec: str) -> str:
+    return f" [{iv[0]:{spec}}, {iv[1]:{spec}}]" if iv else ""
 
 
 def _agree(s: dict[str, Any], run: Any, client: dict[str, Any], all_windows: bool) -> dict[str, Any]:
@@ -310,6 +341,11 @@ def _agree(s: dict[str, Any], run: Any, client: dict[str, Any], all_windows: boo
     basis = accounting.summarize(aligned, all_windows=all_windows) if aligned is not None else s
     a = client_twin.agreement(basis, client)
     a["windows"] = (aligned.notes[0] if aligned is not None else "every window of the file (no time overlap found)")
+    recs = (aligned or run).records if run is not None else []
+    if not all_windows and len(recs) > 1 and recs[0].get("window") == 1:
+        recs = recs[1:]  # as summarize: window 1 is the process warm-up
+    conc = client.get("concurrency")
+    a["interval"] = accounting.window_intervals(recs, conc if a.get("basis", "").startswith("steady batch-") else None)
     return a
 
 
@@ -329,11 +365,15 @@ def _ladder_agreement_table(s: dict[str, Any], a: dict[str, Any]):
     for lv in a["ladder"]:
         d, al = lv["decode_tok_s"], lv["accept_len"]
         lc = lv["client"]
-        t.add_row(str(lc["request_rate"] if open_loop else lc.get("concurrency")), _fmt(d["profile"], ".1f"), _fmt(d["client"], ".1f"),
-                  pct(d["diff_pct"]), _fmt(al["profile"], ".3f"), _fmt(al["client"], ".3f"), pct(al["diff_pct"]),
-                  str(lv["basis"]), lv["windows"])
+        iv = lv.get("interval") or {}
+        t.add_row(str(lc["request_rate"] if open_loop else lc.get("concurrency")),
+                  _fmt(d["profile"], ".1f") + _iv(iv.get("per_stream_tok_s"), ".1f"),
+                  _fmt(d["client"], ".1f"), pct(d["diff_pct"]),
+                  _fmt(al["profile"], ".3f") + _iv(iv.get("accept_len"), ".3f"), _fmt(al["client"], ".3f"),
+                  pct(al["diff_pct"]), str(lv["basis"]), lv["windows"])
     t.caption = (f"client decode rate: {c['decode_def']}; profile: the steady cycles at the level's batch size "
-                 "(every step count the server ran there, like the client sees them)")
+                 "(every step count the server ran there, like the client sees them); [95 % over the level's windows]: "
+                 "what a figure of that many windows is worth (on one repeated text their edges cut requests)")
     if open_loop:
         t.caption = (f"client: {client_twin.OPEN_DECODE_DEF}; profile: {client_twin.PROBE_OPEN_DEF}; "
                      f"accept len (incl. bonus): client {a['ladder'][0]['client'].get('accept_def', '')}; "
@@ -396,7 +436,7 @@ def _rank_table(base: str, spread: dict[str, Any]):
     return t
 
 
-def _predict_table(s: dict[str, Any], preds: list[analysis.Prediction]):
+def _predict_table(s: dict[str, Any], preds: list[analysis.Prediction], check: list[dict[str, Any]] | None = None):
     from rich.table import Table
 
     which = (f"key {s['key']}" if s.get("key") else (_mix(s) or "the file")) + (f"; {s['note']}" if s.get("note") else "")
@@ -412,7 +452,24 @@ def _predict_table(s: dict[str, Any], preds: list[analysis.Prediction]):
             "-" if p.vs_baseline_pct is None else f"{p.vs_baseline_pct:+.1f}%",
             p.kind,
         )
+    t.caption = plain(_check_caption(check or []))
     return t
+
+
+def _check_caption(check: list[dict[str, Any]]) -> str:
+    """What the model is worth on this traffic: against every step count measured here, or, with
+    only the one it came from, what it assumes and how far that went on one repeated text."""
+    multi = check if len(check) > 1 else []  # one chain: its own rates give its own accept back exactly
+    if multi:
+        worst = max(multi, key=lambda c: abs(c["diff_pct"]))
+        return ("per-position model against the step counts measured on this traffic: "
+                + ", ".join(f"{c['steps']} steps {c['model_accept_len']:.3f} vs {c['measured_accept_len']:.3f} "
+                            f"({c['diff_pct']:+.1f} %)" for c in multi)
+                + f"; predicted rows carry that error (worst {worst['diff_pct']:+.1f} %)")
+    return ("one step count measured: predicted rows assume a shorter chain's cycles start where this chain's "
+            "did; on one repeated text (every request the same prompt at temperature 0) a chain's cycle starts "
+            "depend on its step count, and the model was off by up to -4.4 % (CPU, tiny 8B chat path: 2 steps "
+            "from 4 -2.8 %, 3 from 4 -4.4 %); over many prompts within ~1 % (docs/profiling.md)")
 
 
 def _choices_table(summaries: list[dict[str, Any]]):
@@ -462,13 +519,14 @@ def run(args: argparse.Namespace) -> int:
         for s in summaries:
             for ks in _key_summaries(s):
                 try:
-                    preds = analysis.predict_from_run(ks, step_ms)
+                    preds = analysis.predict_from_run(ks, step_ms, ks.get("accept_len") if ks.get("pooled") else None)
                 except UserError as exc:
                     where = f"{s['file']}" + (f" key {ks['key']}" if ks.get("key") else "")
                     raise UserError(f"{where}: {exc}", exit_code=exc.exit_code) from None
                 name = s["file"] + (f" [{ks['key']}]" if ks.get("key") and _mix(s) else "")
+                check = analysis.model_check(ks.get("per_position") or [], ks.get("measured") or {})
                 predictions[name] = {"rows": preds, "recommendation": analysis.recommend(preds), "summary": ks,
-                                     "key": ks.get("key")}
+                                     "key": ks.get("key"), "check": check}
     agree: dict[str, Any] = {}
     if args.bench:
         client = client_twin.read_client(args.bench)
@@ -487,7 +545,7 @@ def run(args: argparse.Namespace) -> int:
             "files": summaries,
             "predictions": {f: {"rows": [p.to_dict() for p in v["rows"]],
                                 "recommendation": v["recommendation"], "key": v["key"],
-                                "baseline_step_ms": step_ms}
+                                "baseline_step_ms": step_ms, "model_check": v["check"]}
                             for f, v in predictions.items()},
             "agreement": agree,
             "ranks": ranks,
@@ -515,7 +573,7 @@ def run(args: argparse.Namespace) -> int:
             err.print(f"note: ... and {len(notes) - _MAX_NOTES} more for {clean(s['file'])} (see --json)",
                       highlight=False, markup=False)
     for v in predictions.values():
-        out.print(_predict_table(v["summary"], v["rows"]))
+        out.print(_predict_table(v["summary"], v["rows"], v["check"]))
         out.print(v["recommendation"], highlight=False, markup=False)
     return 0
 

@@ -145,10 +145,11 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
                         exit_code=2)
     notes = [note] if note else []
     if len({json.dumps(x, sort_keys=True) for x in prompts or [bench.DEFAULT_PROMPT]}) == 1:
-        notes.append("one prompt: at temperature 0 every request generates the same tokens, so each step "
-                     "count's accept length is that one text's, measured on other stretches of it per "
-                     "step count (tiny MoE on the H200: up to 10 % above or below that request's own; docs/scan.md). "
-                     "Give --prompts with requests like your traffic (a tiny build: tiny --paths N)")
+        notes.append("one prompt: at temperature 0 every request generates the same tokens, so the cells measure "
+                     "that one text; the hold schedule spreads every step count over all of it (shuffled blocks), but "
+                     "a cell is then as good as the cycles it has: on CPU (tiny 8B chat path) +-0.6-1.8 % sd at ~900 "
+                     "steady cycles a key, and 16 streams that start together are one stream (docs/scan.md). Give "
+                     "--prompts with requests like your traffic (a tiny build: tiny --paths N)")
     gmax = scan_memory._extra_int(extra, "--cuda-graph-max-bs-decode", "--cuda-graph-max-bs")
     if gmax is not None and gmax < max(levels):
         notes.append(f"CUDA graphs are captured up to batch size {gmax}: levels above it run eager (the cells "
@@ -369,7 +370,7 @@ def render(doc: dict[str, Any]) -> None:
             ph = c.get("phases") or {}
             iv = (c.get("interval") or {}).get("per_stream_tok_s")
             row = [_label(c["steps"]) + ("" if c["graph"] is not False else " (eager)"),
-                   f"{c['cycles']} / {c['blocks']}",
+                   f"{c['cycles']} / {c['blocks']}" + (" *" if c.get("trust") else ""),
                    *[_f((ph.get(k) or {}).get("mean_ms"), ".2f") for k in PHASES],
                    _f(c["cycle_ms"], ".2f"), _f(c["accept_len"], ".2f"),
                    " ".join(_f(r, ".2f") for r in c["per_position"]) or "-",
@@ -383,6 +384,9 @@ def render(doc: dict[str, Any]) -> None:
             t.add_row(scan_doc.PLAIN_LABEL, f"{bl.get('runs', '-')} runs (client)", "", "", "", "", "", "", "",
                       _f(bl["per_stream_tok_s"]), _f(bl["throughput_tok_s"]), *(["+0.0%"] if vs_name else []))
         out.print(t)
+        for c in sorted(cells, key=lambda c: c["steps"]):
+            if c.get("trust"):
+                out.print(f"  * {_label(c['steps'])}: {c['trust']} (read with care)", highlight=False, markup=False)
         for line in twin_lines(scan_doc.twin(doc, lv)):
             out.print(line, highlight=False, markup=False)
     drain = len(doc.get("cells", [])) - len(scan_doc.main_cells(doc))

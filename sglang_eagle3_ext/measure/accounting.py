@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import statistics
 from typing import Any
 
 from ..documents.prof_records import ProfileRun
@@ -118,7 +120,9 @@ def by_key_summary(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
     Counts and accept histograms are summed, phases merged (``merge_phases``), ``parts`` merged by
     block id (a hold block that spans two windows becomes one part) and sorted by block id, so a
-    reader can put an interval over blocks (``part_rates``)."""
+    reader can put an interval over blocks (``block_intervals``). ``all_cycles`` / ``steady_share``:
+    every cycle of the key and the steady share (``key_shares``; None for records before them)."""
+    shares = key_shares(records)
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in records:
         for k, v in (r.get("by_key") or {}).items():
@@ -149,9 +153,11 @@ def by_key_summary(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         tok = acc + req
         al = tok / req if req else None
         steps = head.get("steps")
+        share = shares.get(key) or {}
         out[key] = {
             "steps": steps, "topk": head.get("topk"), "draft_tokens": head.get("draft_tokens"),
             "bs": head.get("bs"), "graph": head.get("graph"), "windows": len(cells), "cycles": cycles,
+            "all_cycles": share.get("all"), "steady_share": share.get("share"),
             "requests": req, "accepted_drafts": acc, "tokens": tok,
             "accept_len": round(al, 4) if al is not None else None,
             "accept_hist": {str(n): hist[n] for n in sorted(hist)},
@@ -162,6 +168,53 @@ def by_key_summary(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             "parts": [[p[0], p[1], round(p[2], 4), p[3], p[4]] for _, p in sorted(parts.items())],
         }
     return out
+
+
+# Below this many steady cycles (or hold blocks) a key's figures are printed but flagged: a
+# per-stream figure of 30 cycles at one stream is +-5 % or more of acceptance noise on its own.
+FEW_CYCLES = 30
+FEW_BLOCKS = 3
+
+
+def key_shares(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Every key that ran, with its steady share over the windows: {key: {all, steady, share}}
+    from the records' ``key_cycles`` (every key tagged, with or without a steady cycle). Records
+    written before it count no key; a malformed entry is one line (exit 2)."""
+    from ..runtime.errors import UserError
+
+    out: dict[str, dict[str, Any]] = {}
+    for r in records:
+        kc = r.get("key_cycles")
+        if kc is None:
+            continue
+        if not isinstance(kc, dict):
+            raise UserError(f"probe record window {r.get('window')}: key_cycles must be an object", exit_code=2)
+        for k, v in kc.items():
+            if not (isinstance(v, list) and len(v) == 2 and all(type(x) is int and 0 <= x < 1 << 53 for x in v)
+                    and v[1] <= v[0]):
+                raise UserError(f"probe record window {r.get('window')}: key_cycles.{k} must be "
+                                f"[cycles, steady cycles <= cycles], got {v!r:.60}", exit_code=2)
+            c = out.setdefault(str(k), {"all": 0, "steady": 0})
+            c["all"] += v[0]
+            c["steady"] += v[1]
+    for c in out.values():
+        c["share"] = round(c["steady"] / c["all"], 4) if c["all"] else None
+    return dict(sorted(out.items(), key=lambda kv: _key_order(kv[0])))
+
+
+def trust_note(v: dict[str, Any]) -> str | None:
+    """Why a key's figures need care, or None: few steady cycles, few hold blocks (the interval
+    needs blocks), or a small steady share (most of its cycles were next to a boundary)."""
+    why = []
+    n, share = int(v.get("cycles") or 0), v.get("steady_share")
+    if n < FEW_CYCLES:
+        why.append(f"few steady cycles ({n})")
+    blocks = len(v.get("parts") or [])
+    if blocks and blocks < FEW_BLOCKS and any(p[0] >= 0 for p in v.get("parts") or []):
+        why.append(f"{blocks} hold block(s)")
+    if share is not None and share < 0.5:
+        why.append(f"steady share {share:.0%} of {v.get('all_cycles')}")
+    return "; ".join(why) or None
 
 
 def _key_order(key: str) -> tuple[Any, ...]:
@@ -181,6 +234,70 @@ def part_rates(parts: list[list[Any]]) -> list[dict[str, float | None]]:
         out.append({"block": b, "cycles": n, "cycle_ms": round(cyc, 4) if cyc else None,
                     "per_stream_tok_s": round(al * 1000.0 / cyc, 2) if (al and cyc) else None})
     return out
+
+
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+         2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+         2.052, 2.048, 2.045, 2.042)
+
+
+def t975(df: int) -> float:
+    """Student-t 97.5 % quantile (two-sided 95 %) for ``df`` >= 1 degrees of freedom."""
+    return _T975[df - 1] if df - 1 < len(_T975) else 1.96
+
+
+def _ratio_figures(n: float, ms: float, tok: float, req: float) -> dict[str, float | None]:
+    al = tok / req if req else None
+    cyc = ms / n if n else None
+    return {"cycle_ms": cyc, "accept_len": al,
+            "per_stream_tok_s": al * 1000.0 / cyc if (al and cyc) else None}
+
+
+def block_intervals(parts: list[list[Any]]) -> dict[str, Any]:
+    """95 % intervals of a key's pooled figures over its hold blocks (``parts``: [block, cycles,
+    ms, tokens, requests]): the delete-one-block jackknife of each ratio (accept len = tokens /
+    requests, cycle ms = ms / cycles, per-stream tok/s = their quotient), centred on the pooled
+    figure, Student-t with blocks - 1 degrees of freedom. Each block weighs by its cycles, as in
+    the pooled figure the table prints (blocks differ in length); None below 2 blocks."""
+    parts = [p for p in parts if p[1] and p[4]]
+    n = len(parts)
+    out: dict[str, Any] = {"per_stream_tok_s": None, "accept_len": None, "cycle_ms": None, "blocks": n}
+    if n < 2:
+        return out
+    tot = [sum(float(p[i]) for p in parts) for i in (1, 2, 3, 4)]
+    whole = _ratio_figures(*tot)
+    drop = [_ratio_figures(*(tot[j] - float(p[j + 1]) for j in range(4))) for p in parts]
+    t = t975(n - 1)
+    for k, v in whole.items():
+        vals = [d[k] for d in drop]
+        if v is None or any(x is None for x in vals):
+            continue
+        m = statistics.fmean(vals)
+        se = math.sqrt((n - 1) / n * sum((x - m) ** 2 for x in vals))
+        nd = 4 if k == "accept_len" else 3
+        out[k] = [round(v - t * se, nd), round(v + t * se, nd)]
+    return out
+
+
+def window_intervals(records: list[dict[str, Any]], bs: int | None) -> dict[str, Any]:
+    """95 % intervals of a span's figures over its windows (``block_intervals`` with windows as
+    the blocks): accept length over every verify of each window, and per-stream tok/s over the
+    steady cycles at batch size ``bs`` (the by_batch entry, when ``bs`` is given). What the
+    figure of a few windows is worth: on one repeated text the windows' edges cut requests at
+    stretches of their own choosing (docs/profiling.md)."""
+    every, at = [], []
+    for r in records:
+        w = r.get("window")
+        ms = (r.get("phases") or {}).get(CYCLE, {}).get("mean_ms")
+        if r.get("requests") and r.get("accepted_drafts") is not None and r.get("cycles") and ms is not None:
+            every.append([w, r["cycles"], r["cycles"] * ms, r["requests"] + r["accepted_drafts"], r["requests"]])
+        b = (r.get("by_batch") or {}).get(str(bs)) if bs is not None else None
+        bms = ((b or {}).get("phases") or {}).get(CYCLE, {}).get("mean_ms")
+        if b and b.get("cycles") and b.get("requests") and b.get("tokens") is not None and bms is not None:
+            at.append([w, b["cycles"], b["cycles"] * bms, b["tokens"], b["requests"]])
+    return {"accept_len": block_intervals(every)["accept_len"],
+            "per_stream_tok_s": block_intervals(at)["per_stream_tok_s"] if at else None,
+            "windows": len(every), "basis": "95 % t-interval over the windows (jackknife of the pooled figure)"}
 
 
 def control_summary(records: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -313,6 +430,7 @@ def summarize(run: ProfileRun, *, all_windows: bool = False) -> dict[str, Any]:
         "boundary": boundary_summary(recs),
         "by_batch": {str(k): v for k, v in by_batch_summary(recs).items()},
         "by_key": by_key_summary(recs),
+        "key_cycles": key_shares(recs),
         "control": control_summary(recs),
         "notes": notes,
     }

@@ -87,6 +87,40 @@ def accept_len_from_rates(rates: Sequence[float | None], steps: int) -> float:
     return total
 
 
+def pooled_rates(keys: Sequence[tuple[int, Mapping[Any, Any]]]) -> list[float | None]:
+    """Conditional acceptance per position, pooled over several step counts of one batch size.
+
+    ``keys``: (steps, accept histogram) of topk-1 chains. With greedy drafting the first k draft
+    tokens do not depend on how many follow, so every cycle that ran at least k steps observed
+    position k exactly: a cycle that accepted n reached positions 1..min(n + 1, steps) and
+    accepted 1..n. Each position's rate is accepted / reached over all of them (a position no
+    chain ran is None)."""
+    top = max((s for s, _ in keys), default=0)
+    reached, accepted = [0] * top, [0] * top
+    for steps, hist in keys:
+        for n, c in hist.items():
+            n, c = int(n), int(c)
+            for k in range(min(n + 1, steps)):
+                reached[k] += c
+            for k in range(min(n, steps)):
+                accepted[k] += c
+    return [round(a / r, 6) if r else None for a, r in zip(accepted, reached, strict=True)]
+
+
+def model_check(rates: Sequence[float | None], measured: Mapping[int, float]) -> list[dict[str, Any]]:
+    """The per-position model against the step counts measured on the same traffic: what the
+    model's error is here (on one repeated text the cycle starts of a chain depend on its step
+    count, so the model misses by a few %: docs/profiling.md)."""
+    out = []
+    for steps in sorted(measured):
+        if not steps or measured[steps] is None or len(rates) < steps or any(r is None for r in rates[:steps]):
+            continue
+        m = accept_len_from_rates(rates, steps)
+        out.append({"steps": steps, "model_accept_len": round(m, 4), "measured_accept_len": measured[steps],
+                    "diff_pct": round((m / measured[steps] - 1) * 100, 2)})
+    return out
+
+
 def cost_basis(rec: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
     """The phase times a cost figure should use, and what they are made of: a
     ``accounting.summarize`` result says (``basis``); a raw ``eagle3_prof/2`` window record gives
@@ -110,13 +144,13 @@ def _mean(rec: Mapping[str, Any], phase: str) -> float:
 
 
 def _rows(rates: Sequence[float | None], k: int, cycle_of: Any, baseline_step_ms: float | None,
-          measured_k: int | None) -> list[Prediction]:
+          measured_k: int | None, measured_al: float | None = None) -> list[Prediction]:
     base_tps = 1000.0 / baseline_step_ms if baseline_step_ms else None
     rows = []
     if baseline_step_ms:
         rows.append(Prediction(0, None, 1.0, baseline_step_ms, base_tps, 0.0, "baseline"))
     for kp in range(1, k + 1):
-        al = accept_len_from_rates(rates, kp)
+        al = measured_al if (kp == measured_k and measured_al) else accept_len_from_rates(rates, kp)
         cyc = cycle_of(kp)
         tps = al * 1000.0 / cyc
         rows.append(Prediction(kp, kp + 1, al, cyc, tps,
@@ -125,9 +159,12 @@ def _rows(rates: Sequence[float | None], k: int, cycle_of: Any, baseline_step_ms
     return rows
 
 
-def predict_from_run(record: Mapping[str, Any], baseline_step_ms: float | None = None) -> list[Prediction]:
+def predict_from_run(record: Mapping[str, Any], baseline_step_ms: float | None = None,
+                     measured_accept_len: float | None = None) -> list[Prediction]:
     """Rows for k' = 1..k from one profiled run at k steps (topk 1), plus the baseline if known.
 
+    ``measured_accept_len``: the k-step row's own measurement, when ``per_position`` was pooled
+    over other chains too (then the model does not give it back exactly).
     ``record`` is an ``eagle3_prof`` window record or a ``accounting.summarize`` result; the
     cycle time is its steady-state one where the record has the split (``cost_basis``), since
     request starts are not part of the decode rate a client sees.
@@ -147,7 +184,7 @@ def predict_from_run(record: Mapping[str, Any], baseline_step_ms: float | None =
         raise UserError(f"--baseline-step-ms must be positive (got {baseline_step_ms})", exit_code=2)
     draft_per_step = _mean(record, "draft") / k
     fixed = _mean(record, "verify") + _mean(record, "extend") + _mean(record, "other")
-    return _rows(rates, k, lambda kp: fixed + kp * draft_per_step, baseline_step_ms, k)
+    return _rows(rates, k, lambda kp: fixed + kp * draft_per_step, baseline_step_ms, k, measured_accept_len)
 
 
 def predict_with_cost_model(model: CostModel, rates: Sequence[float | None], max_steps: int,

@@ -153,7 +153,10 @@ def new_document(opts: ScanOptions, version: str, cfg: Any) -> dict[str, Any]:
                                     "(one key: these steps at this batch size)",
                 "throughput_tok_s": "probes: tokens x 1000 / summed cycle ms of the key's steady cycles",
                 "accept_len": "tokens per request per cycle, incl. the bonus token",
-                "interval": "95 % t-interval of the mean over hold blocks of the key",
+                "interval": "95 % t-interval over the key's hold blocks: jackknife of the pooled figure "
+                            "(per_stream_tok_s, accept_len, cycle_ms), each block weighed by its cycles",
+                "steady_share": "the key's steady cycles of all its cycles; trust: why to read a cell with care "
+                                "(few steady cycles, few blocks, a small share), else null",
                 "step 0": STEP0_LABEL,
                 "client": "the bench client over the whole level: every step count of the schedule and "
                           "boundary cycles together; per_stream_tok_s is the mean of per-request rates",
@@ -213,8 +216,8 @@ def drive_level(srv_url: str, opts: ScanOptions, ls: LevelState, tail: RecordTai
                               f"is --max-running-requests below {ls.level}?")
             return model
         absent = [s for s in opts.candidates if not cov.get(s)]
-        if absent and len(absent) < len(opts.candidates) and all(
-                cov.get(s, 0) >= 2 * opts.min_cycles for s in opts.candidates if s not in absent):
+        present = [s for s in opts.candidates if s not in absent]  # none yet: no window closed at this level
+        if absent and present and all(cov.get(s, 0) >= 2 * opts.min_cycles for s in present):
             # the schedule visited them (it rotates every block), but the probes matched no accept
             # counts to their cycles: waiting longer would not help
             ls.stop_reason = (f"steps {absent}: no steady cycle with accept counts at batch size {ls.level} while "

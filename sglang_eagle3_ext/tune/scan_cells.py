@@ -84,18 +84,15 @@ def coverage(merged: dict[str, dict[str, Any]], bs: int) -> dict[int, int]:
 # ------------------------------------------------------------------ figures
 
 
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
-         2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
-         2.052, 2.048, 2.045, 2.042)
-
-
 def t_interval(values: list[float]) -> list[float] | None:
-    """95 % Student-t interval of the mean of ``values`` (one value per hold block); None below 2."""
+    """95 % Student-t interval of the mean of ``values``; None below 2."""
+    from ..measure.accounting import t975
+
     n = len(values)
     if n < 2:
         return None
     m = statistics.fmean(values)
-    half = (_T975[n - 2] if n - 2 < len(_T975) else 1.96) * statistics.stdev(values) / math.sqrt(n)
+    half = t975(n - 1) * statistics.stdev(values) / math.sqrt(n)
     return [round(m - half, 3), round(m + half, 3)]
 
 
@@ -108,22 +105,25 @@ def _rate(tokens: float, requests: float, cycles: float, ms_sum: float) -> tuple
 
 
 def cell(v: dict[str, Any], level: int) -> dict[str, Any]:
-    """One (steps, batch size) cell of the scan document from a merged by_key entry; its interval
-    is over the key's hold blocks (accounting.part_rates)."""
-    from ..measure.accounting import part_rates
+    """One (steps, batch size) cell of the scan document from a merged by_key entry; its intervals
+    are over the key's hold blocks (accounting.block_intervals: the jackknife of the pooled
+    figure, blocks weighed by their cycles), and ``trust`` says when its steady cycles, blocks
+    or steady share are few (accounting.trust_note)."""
+    from ..measure.accounting import block_intervals, trust_note
 
     cyc_ms = ((v.get("phases") or {}).get("cycle") or {}).get("mean_ms")
-    blocks = part_rates(v.get("parts") or [])
-    ps = [b["per_stream_tok_s"] for b in blocks if b["per_stream_tok_s"] is not None]
-    cm = [b["cycle_ms"] for b in blocks if b["cycle_ms"] is not None]
+    iv = block_intervals(v.get("parts") or [])
     return {"steps": v["steps"], "topk": v["topk"], "draft_tokens": v["draft_tokens"], "bs": v["bs"],
-            "graph": v.get("graph"), "level": level, "cycles": v["cycles"], "blocks": len(blocks),
+            "graph": v.get("graph"), "level": level, "cycles": v["cycles"], "blocks": len(v.get("parts") or []),
+            "all_cycles": v.get("all_cycles"), "steady_share": v.get("steady_share"), "trust": trust_note(v),
             "requests": v.get("requests"), "tokens": v.get("tokens"),
             "cycle_ms": round(cyc_ms, 4) if cyc_ms else None, "phases": v.get("phases"),
             "accept_len": v.get("accept_len"), "per_position": v.get("per_position") or [],
             "per_stream_tok_s": v.get("per_stream_tok_s"), "throughput_tok_s": v.get("throughput_tok_s"),
-            "interval": {"per_stream_tok_s": t_interval(ps), "cycle_ms": t_interval(cm),
-                         "basis": f"95 % t-interval of the mean over {len(ps)} hold block(s)"}}
+            "interval": {"per_stream_tok_s": iv["per_stream_tok_s"], "cycle_ms": iv["cycle_ms"],
+                         "accept_len": iv["accept_len"],
+                         "basis": f"95 % t-interval over {iv['blocks']} hold block(s): jackknife of the "
+                                  "pooled figure, each block weighed by its cycles"}}
 
 
 def probe_mix(records: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -163,7 +163,7 @@ class Engine:
         self.w.append({"draft": draft, "verify": ms - draft - extend - other, "extend": extend, "other": other,
                        "cycle": ms, "why": window.JOIN if joined else 0, "nreq": req, "nacc": sum(accs) if req else 0,
                        "tag": (steps, 1, steps + 1, bs, True, block, req, sum(accs) if req else 0,
-                               list(accs) if req else [])})
+                               list(accs) if req else [], True)})
         for a in accs:
             self.hist[a] = self.hist.get(a, 0) + 1
         if len(self.w) >= self.every:
@@ -174,14 +174,14 @@ class Engine:
         self.window += 1
         cyc = self.w
         per = {p: [c[p] for c in cyc] for p in (*window.PHASES, window.CYCLE)}
-        nreq, nacc = [c["nreq"] for c in cyc], [c["nacc"] for c in cyc]
-        sizes, bits, self.last_bs = window.classify([c["why"] for c in cyc], nreq, self.last_bs)
         tags = [c["tag"] for c in cyc]
-        sw = window.switch_bits(tags, self.prev_steps)
-        bits = [b | x for b, x in zip(bits, sw, strict=True)]
+        sizes, bits, nreq, nacc, self.last_bs = window.classify_window(
+            [c["why"] for c in cyc], [c["nreq"] for c in cyc], [c["nacc"] for c in cyc], tags,
+            self.last_bs, self.prev_steps)
         self.prev_steps = tags[-1][0]
         split = window.split_record(per, sizes, bits, nreq, nacc, 0)
         split["by_key"] = window.by_key(per, bits, tags)
+        split["key_cycles"] = window.key_cycles(bits, tags)
         split["control"] = {"decider": "hold" if self.decider else None, "block": self.hold or None,
                             "candidates": list(self.cands), "choices": window.choices(tags)}
         rec = window.build_record(window=self.window, per_cycle=per, hist=self.hist, mode="events",

@@ -24,10 +24,10 @@ from .window import (
     build_record,
     by_key,
     choices,
-    classify,
+    classify_window,
     format_block,
+    key_cycles,
     split_record,
-    switch_bits,
 )
 
 
@@ -169,7 +169,7 @@ class Profiler:
         self._why = self._next_why
         self._next_why = self._nreq = self._nacc = 0
         sp = self.spec
-        tag = self._tag = [sp["steps"], sp["topk"], sp["draft_tokens"], None, None, -1, 0, 0, None]
+        tag = self._tag = [sp["steps"], sp["topk"], sp["draft_tokens"], None, None, -1, 0, 0, None, False]
         self._await.append(tag)
 
     def mark_boundary(self, reason: str) -> None:
@@ -258,6 +258,7 @@ class Profiler:
                 t[2] = draft_tokens
             if batch_size is not None:
                 t[3] = batch_size
+                t[9] = True  # the forward side's own size (window.T_EXACT)
             t[4] = graph
             t[5] = block
 
@@ -344,16 +345,15 @@ class Profiler:
         t0 = perf_counter()
         b = self.backend
         per, idle = self._resolve(cycles)
-        nreq = [c[5] for c in cycles]
-        nacc = [c[6] for c in cycles]
-        sizes, bits, self._last_bs = classify([c[4] for c in cycles], nreq, self._last_bs)
         tags = [c[7] for c in cycles]
-        sw = switch_bits(tags, self._prev_steps)
-        bits = [b | x for b, x in zip(bits, sw, strict=True)]
+        sizes, bits, nreq, nacc, self._last_bs = classify_window(
+            [c[4] for c in cycles], [c[5] for c in cycles], [c[6] for c in cycles], tags,
+            self._last_bs, self._prev_steps)
         if tags and tags[-1][0] is not None:
             self._prev_steps = tags[-1][0]
         split = split_record(per, sizes, bits, nreq, nacc, joins)
         split["by_key"] = by_key(per, bits, tags)
+        split["key_cycles"] = key_cycles(bits, tags)
         split["control"] = self._control(tags)
         if self._version is False:
             self._version = _sglang_version()

@@ -25,8 +25,10 @@ REASONS = {"join": JOIN, "leave": LEAVE, "extend": EXTEND, "batch_change": BATCH
 
 # A cycle's tag (a list the hot path fills in place; accept counts arrive up to a cycle late):
 # steps, topk, draft tokens, batch size, graph (True / False / None), hold block (-1: none),
-# then the matched accept counts: requests, accepted drafts, the per-request correct drafts.
-T_STEPS, T_TOPK, T_DT, T_BS, T_GRAPH, T_BLOCK, T_REQ, T_ACC, T_LIST = range(9)
+# then the matched accept counts: requests, accepted drafts, the per-request correct drafts, and
+# whether the batch size is the forward side's own (tag_cycle: exact) rather than read back from
+# the accept counts (the source patch: a size change is seen when the counts arrive).
+T_STEPS, T_TOPK, T_DT, T_BS, T_GRAPH, T_BLOCK, T_REQ, T_ACC, T_LIST, T_EXACT = range(10)
 # Phase names and labels: the one definition (stdlib only, so the probes inside SGLang, the
 # readers, the CLI, the plot and the /metrics publisher all import it from here).
 TIMED = ("draft", "verify", "extend")  # what phase_begin/phase_end bracket (patch anchors, hooks)
@@ -80,21 +82,29 @@ def per_position_rates(hist: Mapping[int, int], steps: int) -> list[float | None
     return rates
 
 
-def classify(why: Sequence[int], nreq: Sequence[int], prev_bs: int | None
-             ) -> tuple[list[int | None], list[int], int | None]:
+def classify(why: Sequence[int], nreq: Sequence[int], prev_bs: int | None,
+             exact: Sequence[int] | None = None) -> tuple[list[int | None], list[int], int | None]:
     """Batch size and boundary bits per cycle, from what the hot path recorded.
 
     ``why[i]``: bits set live (EXTEND: a non-decode forward ran inside cycle i's "other"; JOIN:
     cycle i is the first decode after one; IDLE: cycle i ended in, or follows, an idle gap).
-    ``nreq[i]``: requests counted by record_accept during cycle i (its batch size; 0 = no count
-    arrived, the size is carried from the cycle before). A size change between cycles i-1 and i
-    marks both BATCH plus JOIN (grew) or LEAVE (shrank): counts that arrive a cycle late (overlap
-    scheduler) show a change one cycle late, so marking both sides covers the cycle that really
-    changed. ``prev_bs`` is the last size of the previous window (its cycles are already written,
-    so only this side is marked there). Returns (sizes, bits, last size).
+
+    ``exact``: each cycle's own batch size from the forward side (the plugin's tag). Then a size
+    change alone is no boundary: a cycle at a new batch size is a cycle of the new key (a request
+    that joined ran a prefill first, which marked EXTEND / JOIN live; one that left ran nothing
+    else). Otherwise (the source patch) ``nreq[i]``, the requests counted by record_accept during
+    cycle i, is its size (0 = no count arrived, the size is carried from the cycle before), and a
+    change between cycles i-1 and i marks both BATCH plus JOIN (grew) or LEAVE (shrank): counts
+    that arrive a cycle late (overlap scheduler) show a change one cycle late, so marking both
+    sides covers the cycle that really changed. ``prev_bs`` is the last size of the previous
+    window (its cycles are already written, so only this side is marked there). Returns (sizes,
+    bits, last size).
     """
     bits = list(why)
-    sizes: list[int | None] = []
+    if exact is not None:
+        sizes = list(exact)
+        return sizes, bits, (sizes[-1] if sizes else prev_bs)
+    sizes = []
     bs = prev_bs
     for i, n in enumerate(nreq):
         new = n if n else bs
@@ -106,6 +116,35 @@ def classify(why: Sequence[int], nreq: Sequence[int], prev_bs: int | None
         bs = new
         sizes.append(bs)
     return sizes, bits, bs
+
+
+def exact_sizes(tags: Sequence[Sequence[Any]]) -> list[int] | None:
+    """The cycles' batch sizes when the forward side tagged every one (else None)."""
+    if not tags or not all(len(t) > T_EXACT and t[T_EXACT] and isinstance(t[T_BS], int) for t in tags):
+        return None
+    return [t[T_BS] for t in tags]
+
+
+def classify_window(why: Sequence[int], nreq: Sequence[int], nacc: Sequence[int],
+                    tags: Sequence[Sequence[Any]], prev_bs: int | None, prev_steps: int | None
+                    ) -> tuple[list[int | None], list[int], list[int], list[int], int | None]:
+    """One window's classification, as the profiler (and the scan stand-in) do it: (sizes, bits,
+    requests and accepted drafts per cycle, last size).
+
+    With exact sizes (the plugin's tags) the counts per cycle are the ones matched to the cycle
+    that produced them (the tag's, see ``Profiler._match``), so a cycle's phases and its counts
+    are the same cycle's even when the batch changes every cycle under the overlap scheduler; a
+    cycle whose counts have not arrived yet (the window's last, read at once) adds its phases
+    but no counts. Without them, the counts that arrived during each cycle, with both sides of a
+    size change marked (``classify``). SWITCH marks the first cycle at a new step count."""
+    ex = exact_sizes(tags)
+    if ex is not None:
+        nreq = [t[T_REQ] for t in tags]
+        nacc = [t[T_ACC] for t in tags]
+    sizes, bits, last = classify(why, nreq, prev_bs, ex)
+    sw = switch_bits(tags, prev_steps)
+    bits = [b | x for b, x in zip(bits, sw, strict=True)]
+    return sizes, bits, list(nreq), list(nacc), last
 
 
 def _group(per_cycle: Mapping[str, Sequence[float]], idx: Sequence[int]) -> dict[str, dict[str, float]]:
@@ -133,8 +172,13 @@ def split_record(per_cycle: Mapping[str, Sequence[float]], sizes: Sequence[int |
     bound = [i for i, b in enumerate(bits) if b]
     req = sum(nreq[i] for i in steady)
     acc = sum(nacc[i] for i in steady)
+    # steady cycles that are the first at a new batch size (exact sizes: such a cycle is a cycle
+    # of the new key, not a boundary; counted so a reader sees how much of steady is churn)
+    moved = sum(1 for i in steady if i and sizes[i] is not None and sizes[i - 1] is not None
+                and sizes[i] != sizes[i - 1])
     st: dict[str, Any] = {"cycles": len(steady), "requests": req, "accepted_drafts": acc,
-                          "tokens": acc + req, "accept_len": None, "phases": None, "eff_tok_s": None}
+                          "tokens": acc + req, "accept_len": None, "phases": None, "eff_tok_s": None,
+                          "at_batch_change": moved}
     ref: dict[str, float] | None = None
     if steady:
         st["phases"] = _group(per_cycle, steady)
@@ -333,10 +377,25 @@ def switch_bits(tags: Sequence[Sequence[Any]], prev_steps: int | None) -> list[i
     return out
 
 
+def key_cycles(bits: Sequence[int], tags: Sequence[Sequence[Any]]) -> dict[str, list[int]]:
+    """Per configuration key: [every cycle tagged with it, its steady cycles with matched counts]
+    (the ones ``by_key`` is made of). Every key that ran is here, also one with no steady cycle:
+    its steady share is what says how far its figures can be trusted."""
+    out: dict[str, list[int]] = {}
+    for i, t in enumerate(tags):
+        c = out.setdefault(key_of(t), [0, 0])
+        c[0] += 1
+        if not bits[i] and t[T_REQ]:
+            c[1] += 1
+    return dict(sorted(out.items()))
+
+
 def by_key(per_cycle: Mapping[str, Sequence[float]], bits: Sequence[int],
            tags: Sequence[Sequence[Any]]) -> dict[str, Any]:
     """Per configuration key: the steady cycles whose accept counts arrived (matched to the cycle
-    that produced them), with ``parts`` per hold block so readers can merge windows."""
+    that produced them), with ``parts`` per hold block so readers can merge windows, and
+    ``all_cycles``: every cycle of the key in the window, steady or not."""
+    every = key_cycles(bits, tags)
     cyc = per_cycle[CYCLE]
     groups: dict[str, list[int]] = {}
     for i, t in enumerate(tags):
@@ -367,7 +426,8 @@ def by_key(per_cycle: Mapping[str, Sequence[float]], bits: Sequence[int],
             p[4] += tags[i][T_REQ]
         out[key] = {
             "steps": t0[T_STEPS], "topk": t0[T_TOPK], "draft_tokens": t0[T_DT], "bs": t0[T_BS],
-            "graph": t0[T_GRAPH], "cycles": len(idx), "requests": req, "accepted_drafts": acc,
+            "graph": t0[T_GRAPH], "cycles": len(idx), "all_cycles": every[key][0], "requests": req,
+            "accepted_drafts": acc,
             "tokens": acc + req, "accept_len": al, "accept_hist": {str(n): hist[n] for n in sorted(hist)},
             "per_position": per_position_rates(hist, steps) if (steps and hist) else [],
             "phases": ph, "per_stream_tok_s": per_stream, "throughput_tok_s": thr,
