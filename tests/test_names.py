@@ -10,7 +10,7 @@ import re
 from conftest import REPO
 
 from sglang_eagle3_ext import patcher
-from sglang_eagle3_ext.commands import profile as profile_cmd
+from sglang_eagle3_ext.commands import profile_tables
 from sglang_eagle3_ext.documents import prof_blocks
 from sglang_eagle3_ext.measure import plot
 from sglang_eagle3_ext.patcher import transform
@@ -56,7 +56,7 @@ def test_users_share_the_objects():
     assert tiers.PHASES is window.ALL_PHASES and metrics.PHASES is window.ALL_PHASES
     assert plot.PHASES is window.PHASES and list(plot.PHASE_LABELS) == list(window.PHASES)
     assert prof_blocks.LABEL_TO_PHASE is window.LABEL_TO_PHASE
-    assert dict(profile_cmd._LABELS) == window.LABELS
+    assert dict(profile_tables._LABELS) == window.LABELS
     assert transform.MARKER is patcher.MARKER
     from sglang_eagle3_ext.runtime.plugin import hookplan
 

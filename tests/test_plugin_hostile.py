@@ -23,7 +23,7 @@ from test_stepctl import FakeController
 
 from sglang_eagle3_ext import cli
 from sglang_eagle3_ext.patcher import engine
-from sglang_eagle3_ext.runtime import probes, stepctl
+from sglang_eagle3_ext.runtime import hold, probes, stepctl
 from sglang_eagle3_ext.runtime.plugin import hookplan, overview
 from sglang_eagle3_ext.runtime.sglang_env import locate
 from sglang_eagle3_ext.serve import releases
@@ -183,15 +183,18 @@ def test_34_14_a_held_step_without_state_is_logged_once_and_fails_loud_like_sgla
     ctrl = Ctrl()
     monkeypatch.setenv("SGLANG_EAGLE3_HOLD", "1")
     stepctl.init_hook("hold", list)(lambda self, *a, **k: None, ctrl)
+    cands = stepctl.installed().candidates
+    sched = [hold.slot(i, 1, cands, 1)[1] for i in range(4 * len(cands))]
+    k = sched.index(1)  # the first cycle the schedule holds 1 step
     del ctrl._states[1]  # the state of a scheduled step is gone (SGLang's test removes one)
     caplog.set_level(logging.ERROR, logger="sglang_eagle3_ext.plugin")
     stepctl._warned.clear()
     ran = []
     with pytest.raises(ValueError, match="Missing adaptive runtime state for steps=1"):
-        for _ in range(4):  # schedule 3, 2, 1: the third cycle
+        for _ in range(k + 1):
             stepctl.activate_hook(Ctrl.activate_step_by_batch, ctrl, 1)
             ran.append(ctrl.worker.speculative_num_steps)
-    assert ran == [3, 2]
+    assert ran == sched[:k]
     msgs = [r.getMessage() for r in caplog.records if "has no runtime state" in r.getMessage()]
     assert len(msgs) == 1 and "steps 1" in msgs[0] and "SGLang's own rule decides" in msgs[0], caplog.text
     assert stepctl.installed() is None

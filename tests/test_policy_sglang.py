@@ -24,7 +24,7 @@ from sglang.srt.plugins import load_plugins
 load_plugins()
 from sglang.srt.speculative.adaptive_runtime_state import AdaptiveController
 from sglang.srt.speculative.adaptive_spec_params import AdaptiveSpeculativeParams
-from sglang_eagle3_ext import stepctl
+from sglang_eagle3_ext.runtime import stepctl
 
 class Worker:
     speculative_num_steps = 5

@@ -196,7 +196,7 @@ def _live_steps(args, env, route: str, cfg, outdir: Path, summary: dict[str, Any
     from ..patcher import engine
     from ..serve import server as srv
     from .bench import render
-    from .profile import _table
+    from .profile_tables import _table
 
     rc = 1
     try:

@@ -122,7 +122,7 @@ class HoldDecider:
 
 def candidates_for(built: Sequence[int], wanted: Sequence[int] | None) -> tuple[int, ...]:
     """The held candidates: ``wanted`` in its order (each must be built), else every built state,
-    largest first (the server starts at the largest: block 0 needs no switch)."""
+    largest first (the set matters; each round's order is shuffled)."""
     if not wanted:
         return tuple(sorted(built, reverse=True))
     missing = [s for s in wanted if s not in built]

@@ -199,11 +199,12 @@ AUX_LAYERS = Setting("SGLANG_EAGLE3_AUX_LAYERS", _text, None, "aux hidden-state 
 NCCL = Setting("SGLANG_EAGLE3_NCCL", _text, None, "NCCL preset name from launch/nccl.yaml, applied by the "
                "plugin in every process", "sglang")
 # --- step control inside SGLang (stepctl.py; the plugin installs a decider, docs/plugin.md) ---------
-HOLD = Setting("SGLANG_EAGLE3_HOLD", _pos_int, None, "hold schedule: cycles per block; the adaptive "
-               "controller holds each candidate step count for blocks of this many decode cycles "
+HOLD = Setting("SGLANG_EAGLE3_HOLD", _pos_int, None, "hold schedule: mean cycles per block (each "
+               "N/2..3N/2); the adaptive controller holds each candidate step count in turn "
                "(0.5.13+, `scan`)", "sglang")
 HOLD_STEPS = Setting("SGLANG_EAGLE3_HOLD_STEPS", _steps_list, None, "step counts the hold schedule "
-                     "rotates through, in order (default: the controller's candidates, largest first)",
+                     "holds, each once a round in an order shuffled per level and round (default: the "
+                     "controller's candidates)",
                      "sglang")
 POLICY = Setting("SGLANG_EAGLE3_POLICY", _path, None, "scan result file (eagle3_scan/1) driving the "
                  "throughput policy decider; refused together with SGLANG_EAGLE3_HOLD", "sglang")
