@@ -88,12 +88,13 @@ def build(models: dict[str, list[str]], out: Path) -> None:
 
 
 def scan_cmd(models: str, steps: str, conc: str, out: Path, port: int, *, bs: int,
-             extra: list[str] = (), min_cycles: int = 256) -> list[str]:
+             extra: list[str] = (), min_cycles: int = 256, max_tokens: int = 256,
+             time_limit: int = 75) -> list[str]:
     stand = ["--python", sys.executable, "--server-module", "standin_scan"] if REHEARSE else []
     return [*C.CLI, "scan", *stand, *PROMPTS, "--model", str(C.WORK / models / "target"),
             "--draft", str(C.WORK / models / "draft"),
-            "--steps", steps, "--concurrency", conc, "--max-tokens", "256", "--block", "32",
-            "--min-cycles", str(min_cycles), "--time-limit", "75", "--out", str(out), "--port", str(port),
+            "--steps", steps, "--concurrency", conc, "--max-tokens", str(max_tokens), "--block", "32",
+            "--min-cycles", str(min_cycles), "--time-limit", str(time_limit), "--out", str(out), "--port", str(port),
             "--timeout", "420", "--no-sglang-check", "--",
             *C.BASE_ARGS, "--max-running-requests", str(bs), "--cuda-graph-max-bs-decode", str(bs),
             "--max-total-tokens", str(max(8192, bs * 640)), *extra]

@@ -3,12 +3,13 @@
 Three plans meant to run back to back on one warm machine (the servers ``r9a`` starts stay up
 for ``r9b``: ``live.json`` under the work folder names them; a cold machine starts them again):
 
-- ``r9a``: the 8B shape on a ``tiny --paths 32`` build; static servers at 2..5 steps; the scan
-  (steps 2..5 at 1 / 16 streams, one start) on ONE prompt; the statics benched on that prompt
-  (ladder 1, 16); then ``bench --request-rate`` beside SGLang's own ``bench_serving`` on static 4,
-  same traffic file, rates and seed, order alternated.
-- ``r9b``: the scan on EIGHT prompts; the statics benched on them; then the policy (on that scan),
-  SGLang's EMA with its default tiers and with the tiers the scan wrote, beside static 4 and 5,
+- ``r9a``: the 8B shape on a ``tiny --paths 32`` build; static servers at 2 and 4 steps; the scan
+  (steps 2, 4 at 1 / 16 streams, 512-token requests, 3000 steady cycles a key, one start) on ONE
+  prompt; the statics benched on that prompt (ladder 1, 16); then ``bench --request-rate`` beside
+  SGLang's own ``bench_serving`` on static 4, same traffic file, rates and seed, order alternated.
+- ``r9b``: the same scan on EIGHT prompts; the statics benched on them; then the policy (on round
+  4's 8B table, steps 0..5, as rounds 6-8), SGLang's EMA with its default tiers and with that
+  scan's tiers, beside static 5 (the best static count of the 8B shape at every load) and static 4,
   each on open-loop traffic (``sgl-eagle3 traffic``) at three rates, server order reversed per rate.
 - ``r9c``: the MoE shape on its ``--paths 32`` build; pairs (policy on round 8's moe5 scan,
   static 3), (static 7, EMA with default tiers); open loop at three rates.
@@ -36,7 +37,8 @@ from sglang_eagle3_ext.serve import server  # noqa: E402
 
 P08P = [*S.P08, "--paths", "32"]
 MOEP = [*S.MOE, "--paths", "32"]
-STATIC_8B = [2, 3, 4, 5]
+STATIC_8B = [2, 4]  # the scan's candidates and their separately started twins
+KV_TOKENS = {"8b": 32768, "moe": 16384}  # open-loop prompts up to 1000 + answers up to 1000 tokens
 LOADS = [1, 16]
 SCAN_MOE_R8 = C.REPO / "docs" / "data" / "h200-2026-12-02-r8" / "moe5" / "scan-moe"
 # open loop: requests/s from light load to saturation, seconds of arrivals per rate, and the SLO
@@ -107,7 +109,7 @@ def prompt_sets(build: str, out: Path) -> dict[str, Path]:
 def static_ladder(name: str, url: str, prompts: Path, out: Path, tag: str) -> None:
     (out / name).mkdir(parents=True, exist_ok=True)
     C.run([*C.CLI, "bench", "--url", url, "--prompts", str(prompts), "--concurrency", ",".join(map(str, LOADS)),
-           "--runs", "3", "--warmup", "1", "--max-tokens", "256", "--ignore-eos", "--label", f"{name} {tag}",
+           "--runs", "3", "--warmup", "1", "--max-tokens", "512", "--ignore-eos", "--label", f"{name} {tag}",
            "--out", str(out / name / f"ladder-{tag}.json")], out / name / f"ladder-{tag}.txt", timeout=150)
 
 
@@ -173,8 +175,9 @@ def start(groups: list[dict[str, Any]], out: Path, port: int, *, first_alone: bo
 def scan(build: str, prompts: Path, out: Path, tag: str) -> Path:
     S.PROMPTS[:] = ["--prompts", str(prompts)]
     d = out / f"scan-{tag}"
-    S.run_cli(S.scan_cmd(build, f"{STATIC_8B[0]}-{STATIC_8B[-1]}", ",".join(map(str, LOADS)), d, 31100, bs=16),
-              out / f"scan-{tag}.txt", timeout=300, env=S.scan_env())
+    cmd = S.scan_cmd(build, ",".join(map(str, STATIC_8B)), ",".join(map(str, LOADS)), d, 31100, bs=16,
+                     min_cycles=3000, max_tokens=512, time_limit=120)
+    S.run_cli(cmd, out / f"scan-{tag}.txt", timeout=330, env=S.scan_env())
     S.checkpoint()
     return d
 
@@ -187,9 +190,13 @@ def statics_8b(out: Path) -> dict[str, Any]:
         C.log("statics: kept from the previous call")
         return {n: have[n] for n in sorted(names)}
     S.build({"8bp": P08P}, out)
-    groups = [C.group(f"static{s}", "8bp", "draft", [s], LOADS) for s in STATIC_8B]
+    groups = [kv(C.group(f"static{s}", "8bp", "draft", [s], LOADS), "8b") for s in STATIC_8B]
     started = start(groups, out, 31000, first_alone=True)
     return {g["name"]: started.get(f"{g['name']}-{spec_slug(s)}") for g, s in zip(groups, STATIC_8B, strict=True)}
+
+
+def kv(g: dict[str, Any], shape: str) -> dict[str, Any]:
+    return S.set_arg(g, "--max-total-tokens", str(KV_TOKENS[shape]))
 
 
 def spec_slug(steps: int) -> str:
@@ -219,30 +226,26 @@ def plan_r9b(out: Path) -> dict[str, Any]:
     statics = statics_8b(out)
     sets = prompt_sets("8bp", out)
     tr = traffic("8bp", out, 400)
-    d = scan("8bp", sets["many"], out, "many")
+    scan("8bp", sets["many"], out, "many")
     for name, sv in statics.items():
         if sv is not None and sv.is_running():
             static_ladder(name, sv.url, sets["many"], out, "many")
     S.checkpoint()
-    for n in ("static2", "static3"):  # room on the GPU for the three adaptive servers
-        sv = statics.pop(n, None)
-        if sv is not None:
-            sv.stop(grace=3)
-    if not (d / "scan.json").exists():
-        return statics
-    shutil.copy(d / "scan.json", out / "scan-8b.json")
-    top = STATIC_8B[-1]
-    pol = C.group("policy", "8bp", "draft", [top], LOADS)
+    sv2 = statics.pop("static2", None)  # room on the GPU for the adaptive servers
+    if sv2 is not None:
+        sv2.stop(grace=3)
+    shutil.copy(S.SCAN_R4 / "scan.json", out / "scan-8b.json")
+    shutil.copy(S.SCAN_R4 / "adaptive.json", out / "adaptive-scan-8b.json")
+    pol = kv(C.group("policy", "8bp", "draft", [5], LOADS), "8b")
     pol["launch"]["policy"] = str(out / "scan-8b.json")
-    groups = [pol, C.group("ema-default", "8bp", "draft", [7], LOADS, extra=["--speculative-adaptive"])]
-    if (d / "adaptive.json").exists():
-        shutil.copy(d / "adaptive.json", out / "adaptive-scan-8b.json")
-        groups.append(C.group("ema-scan", "8bp", "draft", [top], LOADS, adaptive=str(out / "adaptive-scan-8b.json")))
+    groups = [pol, kv(C.group("static5", "8bp", "draft", [5], LOADS), "8b"),
+              kv(C.group("ema-default", "8bp", "draft", [7], LOADS, extra=["--speculative-adaptive"]), "8b"),
+              kv(C.group("ema-scan", "8bp", "draft", [5], LOADS, adaptive=str(out / "adaptive-scan-8b.json")), "8b")]
     started = start(groups, out, 31010, first_alone=False)
     S.checkpoint()
     names = [(g["name"], started.get(f"{g['name']}-{spec_slug(g['matrix']['steps'][0])}")) for g in groups]
-    names += [(n, statics.get(n)) for n in ("static4", "static5")]
-    open_loop_rounds(names, tr, "8b", out, 540)
+    names.append(("static4", statics.get("static4")))
+    open_loop_rounds(names, tr, "8b", out, 545)
     for name, sv in names:
         if isinstance(sv, server.Server) and sv.is_running():
             C.scrape(sv, out / name / "metrics.txt")
@@ -257,11 +260,11 @@ def plan_r9c(out: Path) -> dict[str, Any]:
     S.build({"moep": MOEP}, out)
     tr = traffic("moep", out, 400)
     shutil.copy(SCAN_MOE_R8 / "scan.json", out / "scan-moe.json")
-    pol = C.group("policy", "moep", "draft", [7], [1, 8])
+    pol = kv(C.group("policy", "moep", "draft", [7], [1, 8]), "moe")
     pol["launch"]["policy"] = str(out / "scan-moe.json")
-    pairs = [[pol, C.group("static3", "moep", "draft", [3], [1, 8])],
-             [C.group("static7", "moep", "draft", [7], [1, 8]),
-              C.group("ema-default", "moep", "draft", [7], [1, 8], extra=["--speculative-adaptive"])]]
+    pairs = [[pol, kv(C.group("static3", "moep", "draft", [3], [1, 8]), "moe")],
+             [kv(C.group("static7", "moep", "draft", [7], [1, 8]), "moe"),
+              kv(C.group("ema-default", "moep", "draft", [7], [1, 8], extra=["--speculative-adaptive"]), "moe")]]
     started: dict[str, Any] = {}
     for i, groups in enumerate(pairs):
         now = start(groups, out, 31000 + 10 * i, first_alone=i == 0)
