@@ -25,6 +25,7 @@ import shutil
 import signal
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -132,11 +133,12 @@ def open_loop(name: str, url: str, tr: Path, rate: float, shape: str, out: Path)
           timeout=DURATION[shape] + 90)
 
 
-def open_loop_rounds(names: list[tuple[str, Any]], tr: Path, shape: str, out: Path, deadline: float) -> None:
+def open_loop_rounds(names: list[tuple[str, Any]], tr: Path, shape: str, out: Path, deadline: float,
+                     rates: list[float] | None = None, flip: bool = False) -> None:
     """Every server at every rate, the server order reversed from one rate to the next (drift
     lands on both ends); none started after ``deadline`` s."""
-    for i, rate in enumerate(RATES[shape]):
-        for name, sv in (names if i % 2 == 0 else names[::-1]):
+    for i, rate in enumerate(rates or RATES[shape]):
+        for name, sv in (names if (i % 2 == 0) != flip else names[::-1]):
             if time.monotonic() - C.T0 > deadline:
                 C.log(f"deadline: {name} at {rate:g} req/s not run")
                 continue
@@ -145,7 +147,7 @@ def open_loop_rounds(names: list[tuple[str, Any]], tr: Path, shape: str, out: Pa
         S.checkpoint()
 
 
-def twin(sv: Any, target: Path, tr: Path, out: Path) -> None:
+def twin(sv: Any, target: Path, tr: Path, out: Path, rates: list[float] = TWIN_RATES) -> None:
     """Ours beside bench_serving on one server, same traffic file, rates, request count and seed
     (our --seed/--order shuffle reproduce its sharegpt order and exponential gaps, docs/bench.md);
     the order alternates per rate."""
@@ -153,7 +155,7 @@ def twin(sv: Any, target: Path, tr: Path, out: Path) -> None:
     d.mkdir(parents=True, exist_ok=True)
     port = sv.url.rsplit(":", 1)[1]
     env = {"PYTHONPATH": f"{C.REPO / 'tools' / 'gpu' / 'standins'}:{os.environ.get('PYTHONPATH', '')}"}
-    for i, rate in enumerate(TWIN_RATES):
+    for i, rate in enumerate(rates):
         ours = [*C.CLI, "bench", "--url", sv.url, "--prompts", str(tr), "--request-rate", f"{rate:g}",
                 "--num-requests", str(TWIN_N), "--seed", str(SEED), "--ignore-eos", "--label", f"ours rate {rate:g}",
                 "--out", str(d / f"ours-r{rate:g}.json")]
@@ -280,7 +282,73 @@ def plan_r9c(out: Path) -> dict[str, Any]:
     return started
 
 
-S.PLANS.update({"r9a": plan_r9a, "r9b": plan_r9b, "r9c": plan_r9c})
+def r9d_groups(out: Path) -> list[dict[str, Any]]:
+    shutil.copy(S.SCAN_R4 / "scan.json", out / "scan-8b.json")
+    shutil.copy(S.SCAN_R4 / "adaptive.json", out / "adaptive-scan-8b.json")
+    pol = kv(C.group("policy", "8bp", "draft", [5], LOADS), "8b")
+    pol["launch"]["policy"] = str(out / "scan-8b.json")
+    return [kv(C.group("static4", "8bp", "draft", [4], LOADS), "8b"), pol,
+            kv(C.group("static5", "8bp", "draft", [5], LOADS), "8b"),
+            kv(C.group("ema-default", "8bp", "draft", [7], LOADS, extra=["--speculative-adaptive"]), "8b"),
+            kv(C.group("ema-scan", "8bp", "draft", [5], LOADS, adaptive=str(out / "adaptive-scan-8b.json")), "8b")]
+
+
+def scrape_all(names: list[tuple[str, Any]], out: Path, tag: str) -> None:
+    for name, sv in names:
+        if sv is not None and sv.is_running():
+            (out / name).mkdir(parents=True, exist_ok=True)
+            try:
+                with urllib.request.urlopen(sv.url + "/metrics", timeout=10) as r:
+                    (out / name / f"metrics-{tag}.txt").write_bytes(r.read())
+            except Exception as exc:  # noqa: BLE001
+                C.log(f"/metrics of {name}: {exc}")
+
+
+def plan_r9d(out: Path) -> dict[str, Any]:
+    """r9a ran out of time at the twin; r9b's pieces on the same servers in one start: static 4
+    (the twin's server, and the best count on one text), the policy, static 5, EMA default and
+    EMA on the scan's tiers; the twin at 16 and 4 req/s, then open loop at 8 req/s. The servers
+    stay for r9e (rates 32 and 2)."""
+    live_path().unlink(missing_ok=True)
+    for old in ("8b", "tree", "regions", "moe", "moep"):
+        shutil.rmtree(C.WORK / old, ignore_errors=True)
+    S.build({"8bp": P08P}, out)
+    tr = traffic("8bp", out, 400)
+    groups = r9d_groups(out)
+    started = start(groups, out, 31000, first_alone=True)
+    names = [(g["name"], started.get(f"{g['name']}-{spec_slug(g['matrix']['steps'][0])}")) for g in groups]
+    keep({n: sv for n, sv in names if isinstance(sv, server.Server)})
+    S.checkpoint()
+    s4 = dict(names).get("static4")
+    if s4 is not None and s4.is_running():
+        twin(s4, C.WORK / "8bp" / "target", tr, out, rates=[16, 4])
+    open_loop_rounds(names, tr, "8b", out, 530, rates=[8])
+    scrape_all(names, out, "r9d")
+    return {}
+
+
+def plan_r9e(out: Path) -> dict[str, Any]:
+    """On r9d's kept servers: open loop at 32 and 2 req/s (order reversed from r9d's), then
+    /metrics and the probe files (every cycle of both calls)."""
+    have = kept()
+    order = ["static4", "policy", "static5", "ema-default", "ema-scan"]
+    names = [(n, have.get(n)) for n in order]
+    C.log(f"kept servers running: {[n for n, sv in names if sv is not None]}")
+    tr = Path("/tmp/scan-campaign/r9d/traffic-8bp.json")
+    if not tr.exists():
+        tr = traffic("8bp", out, 400)
+    open_loop_rounds(names, tr, "8b", out, 520, rates=[32, 2], flip=True)
+    scrape_all(names, out, "r9e")
+    for n, sv in names:
+        if sv is not None and sv.prof and Path(sv.prof).exists():
+            shutil.copy(sv.prof, out / n / "prof-all.jsonl")
+    S.checkpoint()
+    for sv in have.values():
+        sv.stop(grace=3)
+    return {}
+
+
+S.PLANS.update({"r9a": plan_r9a, "r9b": plan_r9b, "r9c": plan_r9c, "r9d": plan_r9d, "r9e": plan_r9e})
 
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, signal.default_int_handler)
