@@ -348,7 +348,29 @@ def plan_r9e(out: Path) -> dict[str, Any]:
     return {}
 
 
-S.PLANS.update({"r9a": plan_r9a, "r9b": plan_r9b, "r9c": plan_r9c, "r9d": plan_r9d, "r9e": plan_r9e})
+def plan_r9f(out: Path) -> dict[str, Any]:
+    """r9d's policy lost to static 5 at 8 req/s while running 5 steps throughout: the same pair
+    again, ABAB at 8 req/s (two 15-s runs each, alternated), then one run each at 32 req/s."""
+    S.build({"8bp": P08P}, out)
+    tr = traffic("8bp", out, 400)
+    groups = r9d_groups(out)[1:3]
+    started = start(groups, out, 31000, first_alone=True)
+    names = [(g["name"], started.get(f"{g['name']}-{spec_slug(g['matrix']['steps'][0])}")) for g in groups]
+    S.checkpoint()
+    for rnd, rate in enumerate([8, 8, 32]):
+        for name, sv in (names if rnd % 2 == 0 else names[::-1]):
+            if time.monotonic() - C.T0 > 380:
+                C.log(f"deadline: {name} at {rate} req/s round {rnd} not run")
+                continue
+            if sv is not None and sv.is_running():
+                open_loop(name, sv.url, tr, rate, "8b", out / f"round{rnd}")
+        S.checkpoint()
+    scrape_all(names, out, "r9f")
+    return started
+
+
+S.PLANS.update({"r9a": plan_r9a, "r9b": plan_r9b, "r9c": plan_r9c, "r9d": plan_r9d, "r9e": plan_r9e,
+                "r9f": plan_r9f})
 
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, signal.default_int_handler)
