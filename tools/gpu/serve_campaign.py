@@ -114,6 +114,17 @@ def static_ladder(name: str, url: str, prompts: Path, out: Path, tag: str) -> No
            "--out", str(out / name / f"ladder-{tag}.json")], out / name / f"ladder-{tag}.txt", timeout=150)
 
 
+def ladders(statics: dict[str, Any], prompts: Path, out: Path, tag: str) -> None:
+    for name, sv in statics.items():
+        if sv is not None and sv.is_running():
+            static_ladder(name, sv.url, prompts, out, tag)
+
+
+def named(groups: list[dict[str, Any]], started: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(group name, its started server or None), in the groups' order."""
+    return [(g["name"], started.get(f"{g['name']}-{spec_slug(g['matrix']['steps'][0])}")) for g in groups]
+
+
 def traffic(build: str, out: Path, requests: int) -> Path:
     path = out / f"traffic-{build}.json"
     if not path.exists():
@@ -213,9 +224,7 @@ def plan_r9a(out: Path) -> dict[str, server.Server]:
     sets = prompt_sets("8bp", out)
     tr = traffic("8bp", out, 400)
     scan("8bp", sets["one"], out, "one")
-    for name, sv in statics.items():
-        if sv is not None and sv.is_running():
-            static_ladder(name, sv.url, sets["one"], out, "one")
+    ladders(statics, sets["one"], out, "one")
     S.checkpoint()
     s4 = statics.get("static4")
     if s4 is not None and s4.is_running():
@@ -229,28 +238,18 @@ def plan_r9b(out: Path) -> dict[str, Any]:
     sets = prompt_sets("8bp", out)
     tr = traffic("8bp", out, 400)
     scan("8bp", sets["many"], out, "many")
-    for name, sv in statics.items():
-        if sv is not None and sv.is_running():
-            static_ladder(name, sv.url, sets["many"], out, "many")
+    ladders(statics, sets["many"], out, "many")
     S.checkpoint()
     sv2 = statics.pop("static2", None)  # room on the GPU for the adaptive servers
     if sv2 is not None:
         sv2.stop(grace=3)
-    shutil.copy(S.SCAN_R4 / "scan.json", out / "scan-8b.json")
-    shutil.copy(S.SCAN_R4 / "adaptive.json", out / "adaptive-scan-8b.json")
-    pol = kv(C.group("policy", "8bp", "draft", [5], LOADS), "8b")
-    pol["launch"]["policy"] = str(out / "scan-8b.json")
-    groups = [pol, kv(C.group("static5", "8bp", "draft", [5], LOADS), "8b"),
-              kv(C.group("ema-default", "8bp", "draft", [7], LOADS, extra=["--speculative-adaptive"]), "8b"),
-              kv(C.group("ema-scan", "8bp", "draft", [5], LOADS, adaptive=str(out / "adaptive-scan-8b.json")), "8b")]
+    groups = r9d_groups(out)[1:]  # static 4 is kept from r9a
     started = start(groups, out, 31010, first_alone=False)
     S.checkpoint()
-    names = [(g["name"], started.get(f"{g['name']}-{spec_slug(g['matrix']['steps'][0])}")) for g in groups]
+    names = named(groups, started)
     names.append(("static4", statics.get("static4")))
     open_loop_rounds(names, tr, "8b", out, 545)
-    for name, sv in names:
-        if isinstance(sv, server.Server) and sv.is_running():
-            C.scrape(sv, out / name / "metrics.txt")
+    scrape_all(names, out, "r9b")
     return {**started, **statics}
 
 
@@ -272,11 +271,9 @@ def plan_r9c(out: Path) -> dict[str, Any]:
         now = start(groups, out, 31000 + 10 * i, first_alone=i == 0)
         started.update(now)
         S.checkpoint()
-        names = [(g["name"], now.get(f"{g['name']}-{spec_slug(g['matrix']['steps'][0])}")) for g in groups]
+        names = named(groups, now)
         open_loop_rounds(names, tr, "moe", out, [300, 540][i])
-        for name, sv in names:
-            if sv is not None and sv.is_running():
-                C.scrape(sv, out / name / "metrics.txt")
+        scrape_all(names, out, "r9c")
         for sv in now.values():
             sv.stop(grace=3)
     return started
@@ -316,7 +313,7 @@ def plan_r9d(out: Path) -> dict[str, Any]:
     tr = traffic("8bp", out, 400)
     groups = r9d_groups(out)
     started = start(groups, out, 31000, first_alone=True)
-    names = [(g["name"], started.get(f"{g['name']}-{spec_slug(g['matrix']['steps'][0])}")) for g in groups]
+    names = named(groups, started)
     keep({n: sv for n, sv in names if isinstance(sv, server.Server)})
     S.checkpoint()
     s4 = dict(names).get("static4")
@@ -355,7 +352,7 @@ def plan_r9f(out: Path) -> dict[str, Any]:
     tr = traffic("8bp", out, 400)
     groups = r9d_groups(out)[1:3]
     started = start(groups, out, 31000, first_alone=True)
-    names = [(g["name"], started.get(f"{g['name']}-{spec_slug(g['matrix']['steps'][0])}")) for g in groups]
+    names = named(groups, started)
     S.checkpoint()
     for rnd, rate in enumerate([8, 8, 32]):
         for name, sv in (names if rnd % 2 == 0 else names[::-1]):
