@@ -50,6 +50,10 @@ class StandIn:
         self.die_after = die_after
         self.dead = threading.Event()
         self.arrived: list[float] = []
+        # POST /flush_cache: when each came, and the status answered (SGLang: 200, or 400 while
+        # requests run)
+        self.flushes: list[float] = []
+        self.flush_status = 200
         self.ttft_s = ttft_s
         self.interval_s = interval_s
         self.tokens_per_chunk = tokens_per_chunk
@@ -144,6 +148,11 @@ def _handler_for(srv: StandIn) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:  # noqa: N802
             t_arrive = time.perf_counter()
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+            if self.path == "/flush_cache":
+                srv.flushes.append(t_arrive)
+                self._send(srv.flush_status, "Cache flushed.\n" if srv.flush_status == 200 else
+                           "Flush cache failed: requests are running.\n", "text/plain")
+                return
             if self.path != "/v1/chat/completions":
                 self._send(404, json.dumps({"detail": "Not Found"}))
                 return

@@ -193,6 +193,30 @@ def test_a_server_that_dies_mid_run_fails_requests_not_the_bench(tmp_path, capsy
         assert len(doc["rates"]) == 1
 
 
+def test_flush_cache_after_each_warm_up(tmp_path, capsys):
+    """--flush-cache: one /flush_cache per rate, after its warm-up and before its first request
+    (bench_serving's place), recorded in the document; a server that refuses is one line, exit 1."""
+    out = tmp_path / "ol.json"
+    with StandIn(ttft_s=0.002, interval_s=0.001) as s:
+        rc = cli.main(["bench", "--url", s.url, "--request-rate", "50,100", "--num-requests", "5",
+                       "--max-tokens", "4", "--warmup", "1", "--flush-cache", "--out", str(out)])
+        flushes, arrived = list(s.flushes), list(s.arrived)
+    assert rc == 0, capsys.readouterr().err
+    assert len(flushes) == 2 and len(arrived) == 12   # (1 warm-up + 5) per rate
+    for k, f in enumerate(flushes):                  # rate k: warm-up, flush, then its 5 requests
+        warm, first = arrived[6 * k], arrived[6 * k + 1]
+        assert warm < f < first
+    assert json.loads(out.read_text())["params"]["flush_cache"] is True
+    with StandIn() as s:
+        s.flush_status = 400
+        rc = cli.main(["bench", "--url", s.url, "--request-rate", "50", "--num-requests", "3",
+                       "--max-tokens", "4", "--flush-cache"])
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert rc == 1 and len(lines) == 1 and "/flush_cache answered 400" in lines[0]
+    assert cli.main(["bench", "--url", "http://127.0.0.1:9", "--flush-cache"]) == 2
+    assert "open-loop flags" in capsys.readouterr().err
+
+
 def test_open_options_reject_file_lengths_missing():
     with pytest.raises(UserError) as e:
         open_loop.check(_opts("http://x:1", output_len=arrivals.Lengths("file")))

@@ -316,7 +316,7 @@ def _launch(models, version, *more, scan=None):
 @pytest.mark.parametrize("version,cands", [("0.5.16", [0, 1, 2, 3, 4, 5]), ("0.5.23", [0, 1, 2, 3, 4, 5]),
                                            ("0.5.13", [1, 2, 3, 4, 5])])
 def test_launch_policy_argv_env_and_config(version, cands, models, capsys):
-    assert _launch(models, version) == 0
+    assert _launch(models, version, "--policy-within", "100") == 0
     cap = capsys.readouterr()
     out = cap.out
     assert f"SGLANG_EAGLE3_POLICY={H200}" in out
@@ -331,6 +331,60 @@ def test_launch_policy_argv_env_and_config(version, cands, models, capsys):
     # 5 steps is the table's fastest at every batch size and its largest: a larger count may win
     assert ("the scan's fastest step count per batch size: 5 at batch 1, 5 at batch 8, 5 at batch 32; "
             "at batch size 1, 8, 32 that is its largest candidate (5)") in " ".join(cap.err.split())
+
+
+R4_8B = REPO / "docs/data/h200-2026-12-03-r9/r9d/scan-8b.json"  # round 4's 8B table, the policy's in round 9
+
+
+@pytest.mark.parametrize("scan,more,states", [
+    (None, [], [5]),                                        # 5 fastest everywhere, nothing within 5 %
+    (R4_8B, [], [4, 5]),                                    # 4 within 5 % at batch 32 only
+    (R4_8B, ["--", "--max-running-requests", "16"], [5]),   # ... which this server never reaches
+    (R4_8B, ["--policy-within", "0", "--", "--max-running-requests", "32"], [5]),
+    (R4_8B, ["--policy-within", "100"], [0, 1, 2, 3, 4, 5]),
+])
+def test_launch_policy_builds_only_the_states_the_table_can_choose(scan, more, states, models, capsys):
+    """Round 9 (H200): six adaptive states stalled decode under open-loop churn where two did
+    not; the policy's states are the step counts within --policy-within % of the table's best
+    at some batch size up to the server's --max-running-requests (the scan's --within rule)."""
+    assert _launch(models, "0.5.16", *more, scan=str(scan) if scan else None) == 0
+    cap = capsys.readouterr()
+    cfg = next((Path(models["tmp"]) / "cache" / "policy").glob("adaptive-*.json"))
+    assert json.loads(cfg.read_text()) == {"1": {"candidate_steps": states}}
+    err = " ".join(cap.err.split())
+    assert f"--speculative-num-steps {max(states)}" in cap.out
+    if len(states) < 6:
+        assert f"policy: states for {states} only" in err and "--policy-within 100 builds them all" in err
+    assert ("policy: one state: the policy runs 5 steps at every batch size" in err) == (states == [5])
+
+
+def test_launch_policy_states_rule_matches_the_scans_within():
+    """The same default as the scan's adaptive-config rule (tune may not be imported by serve),
+    and the same tiers where both look at the same batch sizes."""
+    from sglang_eagle3_ext.serve import policy_launch
+    from sglang_eagle3_ext.tune import adaptive
+
+    assert policy_launch.DEFAULT_WITHIN_PCT == adaptive.DEFAULT_WITHIN_PCT
+    table = policy.load_table(R4_8B)
+    per_bs = policy_launch.reachable(table, 5, 32)
+    tiers = json.loads((R4_8B.parent / "adaptive-scan-8b.json").read_text())  # the scan's own writing
+    for bs, entry in tiers.items():
+        assert per_bs[int(bs)] == entry["candidate_steps"], bs
+
+
+@pytest.mark.parametrize("bad", ["101", "-1", "x"])
+def test_launch_policy_within_bad_is_one_line(bad, models, capsys):
+    with pytest.raises(SystemExit) if bad == "x" else _nothing():
+        rc = _launch(models, "0.5.16", "--policy-within", bad)
+        assert rc == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and ("--policy-within" in err)
+
+
+def _nothing():
+    import contextlib
+
+    return contextlib.nullcontext()
 
 
 def test_launch_policy_reach_note_only_at_the_edge(models, capsys):

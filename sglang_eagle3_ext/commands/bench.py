@@ -12,7 +12,7 @@ HELP = ("Benchmark a running server: TTFT, decode and end-to-end tok/s, accept l
         "a concurrency ladder with --concurrency 1,2,4,...; open-loop traffic with --request-rate")
 
 _OPEN_FLAGS = ("burstiness", "num_requests", "duration", "max_concurrency", "output_len", "seed",
-               "order", "slo")
+               "order", "slo", "flush_cache")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -51,6 +51,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "same seed replays the same traffic")
     o.add_argument("--order", choices=("shuffle", "file"), default=None,
                    help="prompt order: shuffle (default; bench_serving's ShareGPT order) or file")
+    o.add_argument("--flush-cache", action="store_true", default=None,
+                   help="after each rate's warm-up, drop the server's radix cache (SGLang's "
+                        "/flush_cache, as bench_serving --flush-cache): a replayed traffic file then "
+                        "prefills from scratch, not from an earlier run's prefixes")
     o.add_argument("--slo", metavar="ttft=MS,tpot=MS,itl=MS,e2el=MS",
                    help="goodput: the requests that met every SLO given (itl: the request's longest "
                         "inter-token latency)")
@@ -241,7 +245,8 @@ def open_options(args: argparse.Namespace) -> Any:
         duration_s=args.duration, max_concurrency=args.max_concurrency, output_len=dist,
         max_tokens=args.max_tokens, ignore_eos=args.ignore_eos,
         seed=42 if args.seed is None else args.seed, order=args.order or "shuffle",
-        slo=serving_stats.parse_slo(args.slo), warmup=args.warmup, timeout_s=args.timeout,
+        slo=serving_stats.parse_slo(args.slo), warmup=args.warmup, flush_cache=bool(args.flush_cache),
+        timeout_s=args.timeout,
         label=args.label, model=args.model, prompts_file=args.prompts)
     open_loop.check(opts)
     return opts

@@ -122,19 +122,20 @@ class Endpoint:
         t = self.timeout_s if timeout_s is None else timeout_s
         return cls(self.host, self.port, timeout=min(t, httpio.MAX_TIMEOUT_S))
 
-    def get(self, path: str, timeout_s: float = 10.0) -> tuple[int, str]:
-        """(status, body) of a GET; the whole exchange within ``timeout_s``, the body capped."""
+    def get(self, path: str, timeout_s: float = 10.0, method: str = "GET") -> tuple[int, str]:
+        """(status, body) of a GET (or a body-less POST); the whole exchange within ``timeout_s``,
+        the body capped."""
         dl = httpio.Deadline(timeout_s)
         c = self.conn(timeout_s)
         r = None
         try:
             dl.watch(c)
-            c.request("GET", self.base + path)
+            c.request(method, self.base + path)
             r = c.getresponse()
             return r.status, httpio.read_body(c, r, dl).decode("utf-8", "replace")
         except _REQUEST_ERRORS:
             if dl.fired:
-                raise TimeoutError(f"no answer to GET {path} in {timeout_s:g} s") from None
+                raise TimeoutError(f"no answer to {method} {path} in {timeout_s:g} s") from None
             raise
         finally:
             dl.cancel()
@@ -308,6 +309,19 @@ def parse_counters(text: str, names: tuple[str, ...] = (_COUNTER_VERIFY, _COUNTE
         if math.isfinite(v):  # NaN / +Inf samples are no counts
             sums[m.group(1)] = sums.get(m.group(1), 0.0) + v
     return sums
+
+
+def flush_cache(ep: Endpoint) -> None:
+    """Drop the server's radix cache (SGLang's ``/flush_cache``, as ``bench_serving --flush-cache``
+    does after its warm-up, 0.5.16 ``benchmark/serving.py``); UserError when it will not."""
+    try:
+        status, body = ep.get("/flush_cache", timeout_s=min(30.0, ep.timeout_s), method="POST")
+    except _REQUEST_ERRORS as exc:
+        raise UserError(f"--flush-cache: {ep.url}/flush_cache did not answer ({exc})") from None
+    if status != 200:
+        text = " ".join(body.split())[:200]
+        raise UserError(f"--flush-cache: {ep.url}/flush_cache answered {status}: {text or '(empty)'} "
+                        f"(SGLang flushes only with no request running or waiting)")
 
 
 def scrape(ep: Endpoint) -> dict[str, float] | None:

@@ -25,7 +25,7 @@ from typing import Any
 from ..runtime.errors import UserError
 from . import arrivals, httpio, serving_stats
 from .bench import BenchOptions, _guarded, _stream_all, accept_of, probe_model, request_body
-from .chat_client import Endpoint, RequestRecord, scrape
+from .chat_client import Endpoint, RequestRecord, flush_cache, scrape
 from .prompts import PromptItem
 
 LATE_WARN_S = 0.010   # a send later than this after its time (slot free) is named in a warning
@@ -77,6 +77,7 @@ class OpenLoopOptions:
     order: str = "shuffle"
     slo: dict[str, float] | None = None
     warmup: int = 1
+    flush_cache: bool = False   # after each rate's warm-up (bench_serving --flush-cache)
     timeout_s: float = 600.0
     label: str | None = None
     model: str | None = None
@@ -180,6 +181,8 @@ def run_rate(ep: Endpoint, opts: OpenLoopOptions, model: str, rate: float,
     """One rate: warm-up, the schedule, every answer; the rate's document entry."""
     planned = plan(opts, rate)
     _warmup(ep, opts, model, planned[0], rate)
+    if opts.flush_cache:  # a replayed file would otherwise prefill from an earlier run's prefixes
+        flush_cache(ep)
     bodies = [_body(opts, opts.items[p.prompt_index], model, p.output_len) for p in planned]
     recs = [StreamRecord(prompt_index=p.prompt_index, cap=p.output_len + 1) for p in planned]
     ready: list[float] = [0.0] * len(planned)
@@ -313,6 +316,7 @@ def run_open_loop(opts: OpenLoopOptions, progress: Callable[[int, int, int], Non
                    "output_len": opts.output_len.text() if opts.output_len else None,
                    "max_tokens": opts.max_tokens, "ignore_eos": opts.ignore_eos, "temperature": 0,
                    "seed": opts.seed, "order": opts.order, "slo_ms": opts.slo, "warmup": opts.warmup,
+                   "flush_cache": opts.flush_cache,
                    "timeout_s": opts.timeout_s, "prompt_count": len(opts.items),
                    "prompts_file": opts.prompts_file},
         "definitions": DEFINITIONS,

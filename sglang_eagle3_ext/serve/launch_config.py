@@ -72,6 +72,11 @@ class LaunchConfig:
         cli="--policy", group=GROUP_SPEC, metavar="SCAN_RESULT", expand=True,
         help="SGLang adaptive speculation (0.5.13+) with the throughput policy choosing the step count "
              "from this scan's cycle costs (sgl-eagle3 scan); not with --adaptive")
+    policy_within: int | None = _opt(  # which step counts --policy builds states for (policy_launch.py)
+        cli="--policy-within", group=GROUP_SPEC, metavar="PCT",
+        help="--policy builds adaptive states only for the step counts whose table tok/s is within "
+             "PCT %% of the best at some batch size (default 5, the scan's --within; 100 = every "
+             "candidate)")
     no_spec: bool = _opt(False, cli="--no-spec", group=GROUP_SPEC, help="plain decoding (a baseline)")
     tp: int | None = _opt(cli="--tp", group=GROUP_SPEC, help="tensor parallel size")
     nccl: str | None = _opt(cli="--nccl", group=GROUP_ENV, metavar="PRESET",

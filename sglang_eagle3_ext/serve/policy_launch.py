@@ -2,9 +2,12 @@
 
 Workbench side (runs in the CLI, never inside SGLang). Checks the scan file the policy will read
 (the same reader, ``policy.load_table``, so a file that passes here loads there), writes the
-adaptive config SGLang needs to build one runtime state per candidate (ONE tier listing every
-candidate step of the table: every state then captures every CUDA-graph batch size, 0.5.16
-``adaptive_spec_params.py`` ``cuda_graph_bs_for_step``), points ``cfg.adaptive`` at it so the
+adaptive config SGLang needs to build one runtime state per step count the table can choose (ONE
+tier listing them: every state then captures every CUDA-graph batch size, 0.5.16
+``adaptive_spec_params.py`` ``cuda_graph_bs_for_step``; "can choose" = within ``--policy-within``
+% of the table's best at some batch size, the scan's ``--within`` rule, because every extra state
+costs start time and memory, and on the H200 six states stalled decode 40-80 ms in a third of the
+windows under open-loop churn where two did not, round 9), points ``cfg.adaptive`` at it so the
 ``--adaptive`` rules (the release's own loader, the start step = the largest candidate) apply
 unchanged, and sets ``SGLANG_EAGLE3_POLICY`` for the plugin.
 
@@ -36,6 +39,8 @@ from ..runtime.sglang_env import SGLangEnv, parse_version
 from .launch_config import LaunchConfig
 
 MIN_RELEASE = "0.5.13"
+# tune/adaptive.py DEFAULT_WITHIN_PCT (the scan's --within), repeated: serve never imports tune
+DEFAULT_WITHIN_PCT = 5
 
 
 def _fail(msg: str) -> UserError:
@@ -99,7 +104,8 @@ def apply_policy(cfg: LaunchConfig, env: SGLangEnv, extra: dict[str, str | bool]
     except ValueError as exc:
         hint = " (give the scan.json `sgl-eagle3 scan` writes, or its folder)" if "no such file" in str(exc) else ""
         raise _fail(f"--policy {exc}{hint}") from None
-    doc, cands, dropped = _adaptive_config(table, env)
+    within = _within(cfg)
+    doc, cands, dropped, per_bs = _adaptive_config(table, env, within, _max_bs(table, extra))
     out = policy_config_path(scan)
     _write_config(out, doc)
     cfg.adaptive = str(out)
@@ -108,8 +114,76 @@ def apply_policy(cfg: LaunchConfig, env: SGLangEnv, extra: dict[str, str | bool]
              f"{out} with one tier listing {cands}; {POLICY.name} set (the plugin installs the decider)"]
     if dropped:
         notes.append(f"policy: step 0 left out: SGLang {env.version}'s adaptive loader wants positive steps")
+    notes += _state_notes(table, cands, per_bs, within)
     notes += _mismatch_notes(scan, cfg, env)
-    notes += _reach_notes(scan, cands)
+    notes += _reach_notes(scan, table.candidates)
+    return notes
+
+
+def _within(cfg: LaunchConfig) -> int:
+    w = DEFAULT_WITHIN_PCT if cfg.policy_within is None else cfg.policy_within
+    if not 0 <= w <= 100:
+        raise _fail(f"--policy-within {w}: a percentage in [0, 100] (100 = a state for every candidate)")
+    return w
+
+
+def _max_bs(table: policy.ScanTable, extra: dict[str, str | bool]) -> int:
+    """The batch sizes the states must cover: up to the server's --max-running-requests (it never
+    batches more; the table extrapolates past its last cell), else the table's largest one."""
+    mrr = extra.get("--max-running-requests")
+    try:
+        top = int(str(mrr)) if isinstance(mrr, str) else 0
+    except ValueError:
+        top = 0  # SGLang's own check says what is wrong with it
+    if top <= 0:
+        top = max((bs for pts in table.points.values() for bs, _ in pts), default=1)
+    return min(max(1, top), 4096)
+
+
+def reachable(table: policy.ScanTable, within_pct: float, max_bs: int,
+              allows_zero: bool = True) -> dict[int, list[int]]:
+    """{batch size: the step counts whose table tok/s is within ``within_pct`` % of that batch
+    size's best} for 1..max_bs: the table's accept length over its cycle ms (``table_rate``, the
+    policy's prior; its online acceptance may move the choice among these), step 0 only where the
+    table says it beats 1 step (the decider's own rule)."""
+    out: dict[int, list[int]] = {}
+    for bs in range(1, max_bs + 1):
+        rates = {s: table.table_rate(s, bs) for s in table.candidates if s > 0 or allows_zero}
+        if 0 in rates and not table.zero_allowed(bs):
+            del rates[0]
+        rates = {s: r for s, r in rates.items() if r is not None and r > 0}
+        if rates:
+            floor = max(rates.values()) * (1 - within_pct / 100.0)
+            out[bs] = sorted(s for s, r in rates.items() if r >= floor)
+    return out
+
+
+def _spans(per_bs: dict[int, list[int]], steps: int) -> str:
+    """Batch sizes where ``steps`` is within reach, as ranges: "1-8, 24-32"."""
+    have = [bs for bs, ss in per_bs.items() if steps in ss]
+    runs: list[list[int]] = []
+    for bs in have:
+        if runs and bs == runs[-1][1] + 1:
+            runs[-1][1] = bs
+        else:
+            runs.append([bs, bs])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def _state_notes(table: policy.ScanTable, cands: list[int], per_bs: dict[int, list[int]],
+                 within: int) -> list[str]:
+    if within >= 100 or not per_bs:
+        return []
+    left = [s for s in table.candidates if s not in cands]
+    top = max(per_bs)
+    where = "; ".join(f"{s} at batch {_spans(per_bs, s)}" for s in cands)
+    notes = [f"policy: states for {cands} only: the step counts within {within} % of the table's best "
+             f"tok/s at some batch size 1..{top} ({where})"
+             + (f"; {left} never are, so they get no state (each state captures its own CUDA graphs); "
+                f"--policy-within 100 builds them all" if left else "")]
+    if len(cands) == 1:
+        notes.append(f"policy: one state: the policy runs {cands[0]} steps at every batch size, as "
+                     f"`--steps {cands[0]}` would; a larger --policy-within gives it a choice")
     return notes
 
 
@@ -156,10 +230,12 @@ def _mismatch_notes(scan: Path, cfg: LaunchConfig, env: SGLangEnv) -> list[str]:
     return notes
 
 
-def _adaptive_config(table: policy.ScanTable, env: SGLangEnv) -> tuple[dict, list[int], bool]:
-    """(config document, candidates, step 0 dropped) in the release's format: one tier, key 1,
-    listing the table's candidates. The one place this module uses the adaptive-format helpers
-    (the release's own loader decides the format and whether 0 is allowed)."""
+def _adaptive_config(table: policy.ScanTable, env: SGLangEnv, within: int, max_bs: int
+                     ) -> tuple[dict, list[int], bool, dict[int, list[int]]]:
+    """(config document, states, step 0 dropped, reach per batch size) in the release's format:
+    one tier, key 1, listing the step counts the table can choose. The one place this module uses
+    the adaptive-format helpers (the release's own loader decides the format and whether 0 is
+    allowed)."""
     from . import adaptive_format
 
     loader = adaptive_format.release_loader(env.package_dir)
@@ -167,7 +243,12 @@ def _adaptive_config(table: policy.ScanTable, env: SGLangEnv) -> tuple[dict, lis
     dropped = 0 in cands and not loader.allows_zero
     if dropped:
         cands = [s for s in cands if s > 0]
-    return adaptive_format.config_for_tiers({1: cands}, loader.format), cands, dropped
+    per_bs: dict[int, list[int]] = {}
+    if within < 100:
+        per_bs = reachable(table, within, max_bs, allows_zero=loader.allows_zero)
+        keep = {s for ss in per_bs.values() for s in ss}
+        cands = [s for s in cands if s in keep] or cands
+    return adaptive_format.config_for_tiers({1: cands}, loader.format), cands, dropped, per_bs
 
 
 def _write_config(out: Path, doc: dict) -> None:

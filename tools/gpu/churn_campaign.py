@@ -1,0 +1,146 @@
+"""H200 round 10 (issue 33): the policy under open-loop churn with only the states its table can
+choose, every run on a flushed radix cache, and the bench_serving twin on both its backends.
+
+Round 9 left two confounds and one lead (docs/gpu-results.md, round 9): the twin's 16 req/s pair
+and static 4's open-loop figures ran on prefixes an earlier client had left in the radix cache;
+bench_serving's ``sglang-oai-chat`` ITL re-tokenizes each chunk's text; the policy's tail went
+with six adaptive states. Two plans, meant to run back to back on one warm machine (the servers
+``r10a`` starts stay up for ``r10b``: serve_campaign's ``live.json``):
+
+- ``r10a``: the 8B shape on its ``tiny --paths 32`` build; five servers: static 5 (the table's best
+  count at every batch size up to 16), static 4, the policy on round 4's table as ``launch
+  --policy`` now builds it (states within 5 % of the best at some batch size 1..16: 5 only),
+  SGLang's EMA on its default tiers and on the scan's tiers ({4, 5}); the twin at 4 req/s (ours,
+  bench_serving ``sglang-oai-chat`` and ``sglang``, each with --flush-cache); open loop at 8 req/s.
+- ``r10b``: on the kept servers: 16 and 2 req/s, then 8 again in reversed order; /metrics, the
+  probe files.
+
+    tools/gpu/run.sh python3 tools/gpu/churn_campaign.py --plan r10a --out $OUT
+    tools/gpu/run.sh python3 tools/gpu/churn_campaign.py --plan r10b --out $OUT
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import campaign as C  # noqa: E402
+import scan_campaign as S  # noqa: E402
+import serve_campaign as V  # noqa: E402
+
+from sglang_eagle3_ext.serve import server  # noqa: E402
+
+ORDER = ["static5", "static4", "policy", "ema-default", "ema-scan"]
+TWIN_RATE = 4
+RATES_A = [8]
+RATES_B = [16, 2, 8]
+
+
+def groups(out: Path) -> list[dict[str, Any]]:
+    shutil.copy(S.SCAN_R4 / "scan.json", out / "scan-8b.json")
+    shutil.copy(S.SCAN_R4 / "adaptive.json", out / "adaptive-scan-8b.json")
+    pol = V.kv(C.group("policy", "8bp", "draft", [5], V.LOADS), "8b")
+    pol["launch"]["policy"] = str(out / "scan-8b.json")
+    return [V.kv(C.group("static5", "8bp", "draft", [5], V.LOADS), "8b"),
+            V.kv(C.group("static4", "8bp", "draft", [4], V.LOADS), "8b"), pol,
+            V.kv(C.group("ema-default", "8bp", "draft", [7], V.LOADS, extra=["--speculative-adaptive"]), "8b"),
+            V.kv(C.group("ema-scan", "8bp", "draft", [5], V.LOADS, adaptive=str(out / "adaptive-scan-8b.json")), "8b")]
+
+
+def open_loop(name: str, url: str, tr: Path, rate: float, out: Path, tag: str) -> None:
+    (out / name).mkdir(parents=True, exist_ok=True)
+    f = out / name / f"serving-r{rate:g}-{tag}.json"
+    C.run([*C.CLI, "bench", "--url", url, "--prompts", str(tr), "--request-rate", f"{rate:g}",
+           "--duration", str(V.DURATION["8b"]), "--seed", str(V.SEED), "--ignore-eos", "--flush-cache",
+           "--slo", V.SLO["8b"], "--label", f"{name} rate {rate:g}", "--out", str(f)], f.with_suffix(".txt"),
+          timeout=V.DURATION["8b"] + 90)
+
+
+def rounds(names: list[tuple[str, Any]], tr: Path, out: Path, rates: list[float], deadline: float,
+           flip: bool) -> None:
+    """Every server at every rate, the order reversed from one rate to the next."""
+    for i, rate in enumerate(rates):
+        order = names if (i % 2 == 0) != flip else names[::-1]
+        for name, sv in order:
+            if time.monotonic() - C.T0 > deadline:
+                C.log(f"deadline: {name} at {rate:g} req/s not run")
+                continue
+            if sv is not None and sv.is_running():
+                open_loop(name, sv.url, tr, rate, out, f"k{i}")
+        S.checkpoint()
+
+
+def twin(sv: Any, target: Path, tr: Path, out: Path) -> None:
+    """Ours, bench_serving on the chat API (its ITL re-tokenizes each chunk's text) and on
+    /generate (its ITL splits each chunk by the server's token count, as ours does): same file,
+    rate, request count and seed, each after a cache flush."""
+    d = out / "twin"
+    d.mkdir(parents=True, exist_ok=True)
+    port = sv.url.rsplit(":", 1)[1]
+    env = {"PYTHONPATH": f"{C.REPO / 'tools' / 'gpu' / 'standins'}:{os.environ.get('PYTHONPATH', '')}"}
+    r, n = TWIN_RATE, V.TWIN_N
+    ours = [*C.CLI, "bench", "--url", sv.url, "--prompts", str(tr), "--request-rate", f"{r:g}", "--num-requests",
+            str(n), "--seed", str(V.SEED), "--ignore-eos", "--flush-cache", "--label", f"ours rate {r:g}",
+            "--out", str(d / f"ours-r{r:g}.json")]
+    base = [sys.executable, "-m", "sglang.bench_serving", "--host", "127.0.0.1", "--port", port, "--dataset-name",
+            "sharegpt", "--dataset-path", str(tr), "--num-prompts", str(n), "--request-rate", f"{r:g}", "--seed",
+            str(V.SEED), "--tokenizer", str(target), "--flush-cache"]
+    runs = [("bench_serving-chat", [*base, "--backend", "sglang-oai-chat"]),
+            ("ours", ours),
+            ("bench_serving-generate", [*base, "--backend", "sglang", "--apply-chat-template"])]
+    for who, cmd in runs:
+        if who != "ours":
+            cmd = [*cmd, "--output-file", str(d / f"{who}-r{r:g}.jsonl")]
+        C.run(cmd, d / f"{who}-r{r:g}.txt", timeout=n / r + 120, env=env if who != "ours" else {})
+    S.checkpoint()
+
+
+def plan_r10a(out: Path) -> dict[str, Any]:
+    V.live_path().unlink(missing_ok=True)
+    for old in ("8b", "tree", "regions", "moe", "moep"):
+        shutil.rmtree(C.WORK / old, ignore_errors=True)
+    S.build({"8bp": V.P08P}, out)
+    tr = V.traffic("8bp", out, 400)
+    gs = groups(out)
+    started = V.start(gs, out, 31000, first_alone=True)
+    names = V.named(gs, started)
+    V.keep({n: sv for n, sv in names if isinstance(sv, server.Server)})
+    S.checkpoint()
+    s5 = dict(names).get("static5")
+    if s5 is not None and s5.is_running():
+        twin(s5, C.WORK / "8bp" / "target", tr, out)
+    rounds(names, tr, out, RATES_A, 540, flip=False)
+    V.scrape_all(names, out, "r10a")
+    return {}
+
+
+def plan_r10b(out: Path) -> dict[str, Any]:
+    have = V.kept()
+    names = [(n, have.get(n)) for n in ORDER]
+    C.log(f"kept servers running: {[n for n, sv in names if sv is not None]}")
+    tr = (C.WORK.parent / "work-out" if S.REHEARSE else Path("/tmp/scan-campaign")) / "r10a" / "traffic-8bp.json"
+    if not tr.exists():
+        tr = V.traffic("8bp", out, 400)
+    rounds(names, tr, out, RATES_B, 500, flip=True)
+    V.scrape_all(names, out, "r10b")
+    for n, sv in names:
+        if sv is not None and sv.prof and Path(sv.prof).exists():
+            shutil.copy(sv.prof, out / n / "prof-all.jsonl")
+    S.checkpoint()
+    for sv in have.values():
+        sv.stop(grace=3)
+    return {}
+
+
+S.PLANS.update({"r10a": plan_r10a, "r10b": plan_r10b})
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    raise SystemExit(S.main())
