@@ -75,9 +75,11 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-# Every option `launch --help` had before the options were generated from the fields.
+# Every option `launch --help` had before the options were generated from the fields, plus those
+# added since (--policy-within).
 OLD_OPTIONS = {
-    "--model", "--draft", "--algorithm", "--steps", "--topk", "--draft-tokens", "--adaptive", "--policy", "--no-spec",
+    "--model", "--draft", "--algorithm", "--steps", "--topk", "--draft-tokens", "--adaptive", "--policy",
+    "--policy-within", "--no-spec",
     "--tp", "--aux-layers", "--nccl", "--profile", "--profile-every", "--profile-mode", "--profile-out",
     "--host", "--port", "--log", "--timeout", "--detach", "--pid-file", "--nnodes", "--dist-init-addr",
     "--dry-run", "--no-sglang-check", "--python", "--server-module",
@@ -111,7 +113,7 @@ def test_cli_values_feed_override_with_types_and_negation() -> None:
 
 def test_preset_types_follow_the_annotations() -> None:
     assert set(launch_config._INT_KEYS) == {"steps", "topk", "draft_tokens", "tp", "profile_every", "port",
-                                            "nnodes"}
+                                            "nnodes", "policy_within"}
     assert set(launch_config._BOOL_KEYS) == {"no_spec", "profile", "sglang_check"}
     from sglang_eagle3_ext.runtime.errors import UserError
 

@@ -17,6 +17,12 @@ with six adaptive states. Two plans, meant to run back to back on one warm machi
 
     tools/gpu/run.sh python3 tools/gpu/churn_campaign.py --plan r10a --out $OUT
     tools/gpu/run.sh python3 tools/gpu/churn_campaign.py --plan r10b --out $OUT
+
+- ``r10``: both in one call, for a session with under 15 minutes of device time left (r10a's and
+  r10b's results were lost with the try that ran them): three servers (static 5, the policy,
+  SGLang's EMA on its default tiers), the twin at 8 req/s, then 16, 2 and 8 req/s.
+
+    tools/gpu/run.sh python3 tools/gpu/churn_campaign.py --plan r10 --out $OUT
 """
 
 from __future__ import annotations
@@ -77,7 +83,7 @@ def rounds(names: list[tuple[str, Any]], tr: Path, out: Path, rates: list[float]
         S.checkpoint()
 
 
-def twin(sv: Any, target: Path, tr: Path, out: Path) -> None:
+def twin(sv: Any, target: Path, tr: Path, out: Path, r: float = TWIN_RATE) -> None:
     """Ours, bench_serving on the chat API (its ITL re-tokenizes each chunk's text) and on
     /generate (its ITL splits each chunk by the server's token count, as ours does): same file,
     rate, request count and seed, each after a cache flush."""
@@ -85,7 +91,7 @@ def twin(sv: Any, target: Path, tr: Path, out: Path) -> None:
     d.mkdir(parents=True, exist_ok=True)
     port = sv.url.rsplit(":", 1)[1]
     env = {"PYTHONPATH": f"{C.REPO / 'tools' / 'gpu' / 'standins'}:{os.environ.get('PYTHONPATH', '')}"}
-    r, n = TWIN_RATE, V.TWIN_N
+    n = V.TWIN_N
     ours = [*C.CLI, "bench", "--url", sv.url, "--prompts", str(tr), "--request-rate", f"{r:g}", "--num-requests",
             str(n), "--seed", str(V.SEED), "--ignore-eos", "--flush-cache", "--label", f"ours rate {r:g}",
             "--out", str(d / f"ours-r{r:g}.json")]
@@ -139,7 +145,28 @@ def plan_r10b(out: Path) -> dict[str, Any]:
     return {}
 
 
-S.PLANS.update({"r10a": plan_r10a, "r10b": plan_r10b})
+def plan_r10(out: Path) -> dict[str, Any]:
+    """r10a + r10b in one call: three servers, the twin at 8 req/s, three rates (none started after
+    500 s), /metrics, the probe files."""
+    V.live_path().unlink(missing_ok=True)
+    S.build({"8bp": V.P08P}, out)
+    tr = V.traffic("8bp", out, 400)
+    gs = [g for g in groups(out) if g["name"] in ("static5", "policy", "ema-default")]
+    started = V.start(gs, out, 31000, first_alone=True)
+    names = V.named(gs, started)
+    S.checkpoint()
+    s5 = dict(names).get("static5")
+    if s5 is not None and s5.is_running():
+        twin(s5, C.WORK / "8bp" / "target", tr, out, r=8)
+    rounds(names, tr, out, RATES_B, 500, flip=False)
+    V.scrape_all(names, out, "r10")
+    for n, sv in names:
+        if sv is not None and sv.prof and Path(sv.prof).exists():
+            shutil.copy(sv.prof, out / n / "prof-all.jsonl")
+    return started
+
+
+S.PLANS.update({"r10a": plan_r10a, "r10b": plan_r10b, "r10": plan_r10})
 
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, signal.default_int_handler)
