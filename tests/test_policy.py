@@ -761,3 +761,15 @@ def test_policy_sim_bad_scan_is_one_line(tmp_path, capsys):
         assert policy_sim.main(args) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and str(tmp_path) in err[0], err
+
+
+def test_launch_policy_notes_survive_the_dry_runs_second_pass(models, capsys):
+    """A dry run whose SGLang check cannot import SGLang (this CPU box: no torchvision) validates
+    again without it; that second pass once found --policy's config already written into the
+    config and printed none of the policy's notes."""
+    rc = cli.main(["launch", "--model", models["t"], "--draft",
+                   models["d"], "--policy", models["scan"], "--dry-run"])
+    assert rc == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "policy: states for [5] only" in err and "policy: one state" in err
+    assert err.count("note: policy: ") >= 3

@@ -134,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
         # so; a real launch still stops here.
         if not (args.dry_run and exc.exit_code == 1 and "could not import SGLang" in str(exc)):
             raise
+        cfg = build_config(args)  # afresh: the first pass already wrote --policy's config into cfg
         notes = flags.validate(cfg, env, sglang_check=False)
         why = str(exc).split("(", 1)[-1].split(");", 1)[0]
         notes.append(f"SGLang's own argument check skipped for this dry run: it cannot import SGLang "

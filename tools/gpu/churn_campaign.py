@@ -20,7 +20,9 @@ with six adaptive states. Two plans, meant to run back to back on one warm machi
 
 - ``r10``: both in one call, for a session with under 15 minutes of device time left (r10a's and
   r10b's results were lost with the try that ran them): three servers (static 5, the policy,
-  SGLang's EMA on its default tiers), the twin at 8 req/s, then 16, 2 and 8 req/s.
+  SGLang's EMA on its default tiers), the twin at 8 req/s, then 16, 2 and 8 req/s. Since its one
+  run (2026-12-04: servers up at 335 s, only 16 req/s fitted), every server first takes an
+  unmeasured pass (``warm``): the first run's cold-start stalls went to whichever client came first.
 
     tools/gpu/run.sh python3 tools/gpu/churn_campaign.py --plan r10 --out $OUT
 """
@@ -81,6 +83,20 @@ def rounds(names: list[tuple[str, Any]], tr: Path, out: Path, rates: list[float]
             if sv is not None and sv.is_running():
                 open_loop(name, sv.url, tr, rate, out, f"k{i}")
         S.checkpoint()
+
+
+def warm(names: list[tuple[str, Any]], tr: Path, out: Path) -> None:
+    """One unmeasured pass per server at the top rate before anything is measured: round 10's
+    first traffic on each fresh server paid ~3 s of stalls in its first 50 cycles (draft and verify
+    means 33 and 26 ms, p90 normal) that a one-request warm-up does not reach; the server that
+    took the twin first paid them there, the others inside their measured run."""
+    for name, sv in names:
+        if sv is not None and sv.is_running():
+            (out / name).mkdir(parents=True, exist_ok=True)
+            f = out / name / "warm.json"
+            C.run([*C.CLI, "bench", "--url", sv.url, "--prompts", str(tr), "--request-rate", f"{RATES_B[0]:g}",
+                   "--num-requests", "64", "--seed", str(V.SEED + 1), "--ignore-eos", "--label", f"{name} warm",
+                   "--out", str(f)], f.with_suffix(".txt"), timeout=150)
 
 
 def twin(sv: Any, target: Path, tr: Path, out: Path, r: float = TWIN_RATE) -> None:
@@ -155,14 +171,12 @@ def plan_r10(out: Path) -> dict[str, Any]:
     started = V.start(gs, out, 31000, first_alone=True)
     names = V.named(gs, started)
     S.checkpoint()
+    warm(names, tr, out)
     s5 = dict(names).get("static5")
     if s5 is not None and s5.is_running():
         twin(s5, C.WORK / "8bp" / "target", tr, out, r=8)
     rounds(names, tr, out, RATES_B, 500, flip=False)
-    V.scrape_all(names, out, "r10")
-    for n, sv in names:
-        if sv is not None and sv.prof and Path(sv.prof).exists():
-            shutil.copy(sv.prof, out / n / "prof-all.jsonl")
+    V.scrape_all(names, out, "r10")  # the probe files are packed already (configs/<slug>/prof.jsonl)
     return started
 
 

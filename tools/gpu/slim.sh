@@ -13,7 +13,8 @@ HOLD="${SLIM_HOLD:-$HOME/.cache/sglang-eagle3-ext/slim}"
 MOVE=(docs/data/h200-2026-11-29 docs/data/h200-2026-12-01 docs/data/h200-2026-12-02-r5/adapt2-8b
       docs/data/h200-2026-12-02-r5/trees2 docs/data/h200-2026-12-02-r6
       docs/data/h200-2026-12-02-r7/moe4b docs/data/h200-2026-12-02-r7/long
-      docs/data/h200-2026-12-02-r8/moe5b docs/data/h200-2026-12-02-r8/8bp)
+      docs/data/h200-2026-12-02-r8/moe5b docs/data/h200-2026-12-02-r8/8bp
+      docs/data/h200-2026-12-03-r9 docs/data/h200-2026-12-04-r10)
 case "${1:-}" in
   out)
     for d in "${MOVE[@]}"; do
