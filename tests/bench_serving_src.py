@@ -79,3 +79,44 @@ def gaps_of(ns: dict[str, Any], n: int, rate: float, seed: int) -> list[float]:
     finally:
         ns["asyncio"] = real
     return slept
+
+
+def generate_client(version: str) -> Any:
+    """bench_serving's own ``--backend sglang`` request function (``async_request_sglang_generate``
+    and what it calls), from release ``version``, with its defaults for ``args`` (temperature 0,
+    ignore_eos on, streaming). Returns ``one(url, prompt, output_len) -> RequestFuncOutput``."""
+    import os
+    import sys
+    import traceback
+    import types
+
+    import aiohttp
+
+    root = releases.fetch(version) / "sglang" / "benchmark"
+    ns: dict[str, Any] = {n: getattr(typing, n) for n in typing.__all__}
+    args = types.SimpleNamespace(temperature=0.0, disable_ignore_eos=False, top_p=1.0, disable_stream=False,
+                                 return_logprob=False, return_routed_experts=False, logprob_start_len=-1,
+                                 top_logprobs_num=0, token_ids_logprob=None, header=None, cache_report=False)
+    ns.update(aiohttp=aiohttp, os=os, sys=sys, traceback=traceback, time=time, json=json, args=args,
+              dataclass=dataclasses.dataclass, field=dataclasses.field, tqdm=object,
+              _ROUTING_KEY_HEADER="X-SMG-Routing-Key", __name__="bench_serving_src",
+              remove_prefix=lambda s, p: s[len(p):] if s.startswith(p) else s)
+    try:
+        import orjson
+
+        ns["orjson"] = orjson
+    except ImportError:
+        pass
+    src = root / "serving.py"
+    names = ("RequestFuncInput", "RequestFuncOutput", "get_auth_headers", "get_request_headers",
+             "_create_bench_client_session", "async_request_sglang_generate")
+    later = ("_record_server_prompt_len",)  # 0.5.23+
+    names += tuple(n for n in later if f"def {n}(" in src.read_text())
+    exec(compile(_defs(src, names), f"<bench_serving {version} generate>", "exec"), ns)  # noqa: S102
+
+    def one(url: str, prompt: str, output_len: int) -> Any:
+        inp = ns["RequestFuncInput"](prompt=prompt, api_url=url + "/generate", prompt_len=0, output_len=output_len,
+                                     model="", lora_name=None, image_data=None, extra_request_body={})
+        return asyncio.run(ns["async_request_sglang_generate"](inp))
+
+    return one

@@ -2,7 +2,7 @@
 
 It streams ``/v1/chat/completions`` the way SGLang 0.5.23 does (a role chunk, content chunks with
 per-chunk usage when ``continuous_usage_stats`` is asked, a finish chunk, an ``sglext`` chunk, a
-usage chunk, ``[DONE]``), but on a fixed clock: the first content chunk (1 token) is written
+usage chunk, ``[DONE]``), and SGLang's native ``/generate`` (``Handler._generate``), on a fixed clock: the first content chunk (1 token) is written
 ``ttft_s`` after the request arrived, then one chunk of ``tokens_per_chunk`` tokens every
 ``interval_s``, on absolute deadlines so sleeps do not drift. Every request generates exactly
 ``max_tokens`` tokens. Hence, for N = max_tokens and c = tokens_per_chunk:
@@ -153,7 +153,7 @@ def _handler_for(srv: StandIn) -> type[BaseHTTPRequestHandler]:
                 self._send(srv.flush_status, "Cache flushed.\n" if srv.flush_status == 200 else
                            "Flush cache failed: requests are running.\n", "text/plain")
                 return
-            if self.path != "/v1/chat/completions":
+            if self.path not in ("/v1/chat/completions", "/generate"):
                 self._send(404, json.dumps({"detail": "Not Found"}))
                 return
             with srv._lock:
@@ -167,12 +167,47 @@ def _handler_for(srv: StandIn) -> type[BaseHTTPRequestHandler]:
             if srv.mode == "hang":
                 srv.released.wait()
                 return
-            n = int(body.get("max_tokens") or 16)
-            opts = body.get("stream_options") or {}
-            per_chunk_usage = bool(opts.get("continuous_usage_stats"))
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.end_headers()
+            with srv._lock:
+                srv.active += 1
+                srv.peak = max(srv.peak, srv.active)
+            try:
+                (self._generate if self.path == "/generate" else self._chat)(body, t_arrive)
+            finally:
+                with srv._lock:
+                    srv.active -= 1
+
+        def _generate(self, body: dict[str, Any], t_arrive: float) -> None:
+            """SGLang's native /generate stream (0.5.16 ``tokenizer_manager``): each chunk the text
+            so far and a cumulative ``meta_info``; the last carries the finish reason and, on a
+            speculative server, ``spec_verify_ct`` / ``spec_accept_length``; then ``[DONE]``."""
+            sp = body.get("sampling_params") or {}
+            n = int(sp.get("max_new_tokens") or 16)
+            text: list[str] = []
+
+            def meta(done: int, last: bool) -> dict[str, Any]:
+                m: dict[str, Any] = {"id": f"gen-{id(self)}", "prompt_tokens": 37, "completion_tokens": done,
+                                     "cached_tokens": 0,
+                                     "finish_reason": {"type": "length", "length": n} if last else None}
+                if last and srv.spec != "none":
+                    v = srv.verify_calls(n)
+                    m.update(spec_verify_ct=v, spec_accept_length=n / v)
+                return m
+
+            def chunk(step: int, done: int) -> None:
+                text.append(" tok" * step)
+                obj = {"text": "".join(text), "output_ids": [], "meta_info": meta(done, done >= n)}
+                self.wfile.write(f"data: {json.dumps(obj)}\n\n".encode())
+
+            if self._stream(n, t_arrive, chunk):
+                self.wfile.write(b"data: [DONE]\n\n")
+
+        def _chat(self, body: dict[str, Any], t_arrive: float) -> None:
+            n = int(body.get("max_tokens") or 16)
+            opts = body.get("stream_options") or {}
+            per_chunk_usage = bool(opts.get("continuous_usage_stats"))
             rid = f"chatcmpl-{id(self)}"
 
             def emit(obj: dict[str, Any]) -> None:
@@ -185,16 +220,27 @@ def _handler_for(srv: StandIn) -> type[BaseHTTPRequestHandler]:
                 return {"prompt_tokens": 37, "completion_tokens": done, "total_tokens": 37 + done}
 
             emit({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
-            with srv._lock:
-                srv.active += 1
-                srv.peak = max(srv.peak, srv.active)
-            try:
-                self._stream(n, t_arrive, emit, usage, per_chunk_usage, body, opts)
-            finally:
-                with srv._lock:
-                    srv.active -= 1
 
-        def _stream(self, n, t_arrive, emit, usage, per_chunk_usage, body, opts) -> None:
+            def chunk(step: int, done: int) -> None:
+                c: dict[str, Any] = {"choices": [{"index": 0, "delta": {"content": " tok" * step}}]}
+                if per_chunk_usage:
+                    c["usage"] = usage(done)
+                emit(c)
+
+            if not self._stream(n, t_arrive, chunk):
+                return
+            emit({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
+            if srv.spec == "sglext" and body.get("return_spec_tokens_details"):
+                v = srv.verify_calls(n)
+                emit({"choices": [], "sglext": {"spec_tokens_details": {
+                    "spec_verify_ct": v, "spec_accept_length": n / v}}})
+            if opts.get("include_usage"):
+                emit({"choices": [], "usage": usage(n)})
+            self.wfile.write(b"data: [DONE]\n\n")
+
+        def _stream(self, n: int, t_arrive: float, chunk: Any) -> bool:
+            """The clock: ``chunk(step, done)`` for each content chunk; False when the stream was
+            cut (mode "cut", or the server died) and must end without its finish."""
             done = 0
             deadline = t_arrive + srv.ttft_s
             first = True
@@ -206,26 +252,16 @@ def _handler_for(srv: StandIn) -> type[BaseHTTPRequestHandler]:
                 if pause > 0:
                     time.sleep(pause)
                 done += step
-                chunk: dict[str, Any] = {"choices": [{"index": 0, "delta": {"content": " tok" * step}}]}
-                if per_chunk_usage:
-                    chunk["usage"] = usage(done)
-                emit(chunk)
+                chunk(step, done)
                 deadline += srv.interval_s + srv.load_s * max(0, srv.active - 1)
                 first = False
                 if srv.mode == "cut" and done >= 1 + (srv.cut_after - 1) * srv.tokens_per_chunk:
                     self.wfile.flush()
-                    return  # the connection closes here: no finish chunk, no [DONE]
-            verify = srv.verify_calls(n)
+                    return False  # the connection closes here: no finish chunk, no [DONE]
             with srv._lock:  # like SGLang: counters bump when the request finishes
-                srv.verify_total += verify if srv.spec == "metrics" else 0
+                srv.verify_total += srv.verify_calls(n) if srv.spec == "metrics" else 0
                 srv.gen_total += n + srv.extra_metrics_tokens
-            emit({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
-            if srv.spec == "sglext" and body.get("return_spec_tokens_details"):
-                emit({"choices": [], "sglext": {"spec_tokens_details": {
-                    "spec_verify_ct": verify, "spec_accept_length": n / verify}}})
-            if opts.get("include_usage"):
-                emit({"choices": [], "usage": usage(n)})
-            self.wfile.write(b"data: [DONE]\n\n")
+            return True
 
     return Handler
 

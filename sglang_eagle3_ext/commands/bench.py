@@ -62,6 +62,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds one request may take before it counts as failed (default 600)")
     p.add_argument("--label", help="config name shown by `compare` (default: the URL)")
     p.add_argument("--model", help="model name to send (default: first id of /v1/models)")
+    p.add_argument("--api", choices=("chat", "generate"), default="chat",
+                   help="chat: /v1/chat/completions (default; the server applies the chat template); "
+                        "generate: SGLang's native /generate with each prompt's text as it is, what "
+                        "bench_serving's --backend sglang sends (docs/bench.md, The twin)")
     p.add_argument("--ignore-eos", action="store_true",
                    help="always generate --max-tokens tokens (SGLang/vLLM extension)")
     p.add_argument("--out", metavar="FILE.json", help="write the result document here")
@@ -87,10 +91,23 @@ def options_from_args(args: argparse.Namespace) -> Any:
         raise UserError(f"{', '.join(given)}: open-loop flags; give --request-rate too", exit_code=2)
     levels = parse_levels(args.concurrency or "1")
     prompts = load_prompts(args.prompts) if args.prompts else [args.prompt or DEFAULT_PROMPT]
+    check_api(args.api, prompts)
     return BenchOptions(url=args.url, runs=5 if args.runs is None else args.runs, warmup=args.warmup,
                         max_tokens=args.max_tokens, prompts=prompts,
                         concurrency=levels[0], label=args.label, model=args.model,
-                        ignore_eos=args.ignore_eos, timeout_s=args.timeout), levels
+                        ignore_eos=args.ignore_eos, timeout_s=args.timeout, api=args.api), levels
+
+
+def check_api(api: str, prompts: list[Any]) -> None:
+    """--api generate sends text: a conversation of several messages has none (UserError 2)."""
+    from ..measure.prompts import text_of
+
+    if api != "generate":
+        return
+    for i, p in enumerate(prompts):
+        if text_of(p) is None:
+            raise UserError(f"--api generate sends each prompt as one text: prompt {i + 1} is a conversation "
+                            f"of {len(p)} messages (the chat API, the default, takes it)", exit_code=2)
 
 
 def run_with_progress(opts: Any, levels: list[int] | None = None) -> dict[str, Any]:
@@ -138,7 +155,7 @@ def render(result: dict[str, Any]) -> None:
     out.print(f"e2e tok/s     avg {_f(e['avg'])}  median {_f(e['median'])}  peak {_f(e['peak'])}")
     out.print(f"TTFT ms       avg {_f(s['ttft_s']['avg'] and s['ttft_s']['avg'] * 1000)}")
     al = s["accept_length"]
-    src = {"sglext": "per request, sglext.spec_tokens_details",
+    src = {"sglext": "per request, sglext.spec_tokens_details", "meta_info": "per request, meta_info.spec_verify_ct",
            "metrics": "Prometheus counter differences", "none": "not reported by the server"}
     out.print(f"accept length {_f(al, '{:.2f}')} (incl. bonus; source: "
               f"{src.get(s['accept_source'], s['accept_source'])})")
@@ -235,6 +252,7 @@ def open_options(args: argparse.Namespace) -> Any:
                         "requests in flight with --max-concurrency", exit_code=2)
     rates = arrivals.parse_rates(args.request_rate)
     items = load_items(args.prompts) if args.prompts else [PromptItem(args.prompt or DEFAULT_PROMPT)]
+    check_api(args.api, [it.prompt for it in items])
     dist = arrivals.parse_lengths(args.output_len, "--output-len", allow_file=True) \
         if args.output_len is not None else None
     opts = open_loop.OpenLoopOptions(
@@ -246,7 +264,7 @@ def open_options(args: argparse.Namespace) -> Any:
         max_tokens=args.max_tokens, ignore_eos=args.ignore_eos,
         seed=42 if args.seed is None else args.seed, order=args.order or "shuffle",
         slo=serving_stats.parse_slo(args.slo), warmup=args.warmup, flush_cache=bool(args.flush_cache),
-        timeout_s=args.timeout,
+        timeout_s=args.timeout, api=args.api,
         label=args.label, model=args.model, prompts_file=args.prompts)
     open_loop.check(opts)
     return opts

@@ -52,9 +52,9 @@ from .chat_client import (
     RequestRecord,
     model_from,
     scrape,
-    stream_chat,
+    stream_request,
 )
-from .prompts import Prompt, messages_of
+from .prompts import Prompt, messages_of, text_of
 
 # The seeds' measurement prompt (Kimi-K2.5 campaign, 1000 tokens at temperature 0).
 DEFAULT_PROMPT = (
@@ -94,6 +94,7 @@ class BenchOptions:
     model: str | None = None
     ignore_eos: bool = False
     timeout_s: float = 600.0
+    api: str = "chat"  # or "generate": SGLang's native /generate (bench_serving's --backend sglang)
 
 
 # ---------------------------------------------------------------- runs
@@ -104,6 +105,10 @@ def _mean(xs: list[float]) -> float | None:
 
 
 def request_body(opts: BenchOptions, prompt: Prompt, model: str) -> dict[str, Any]:
+    if opts.api == "generate":  # the payload of bench_serving's --backend sglang (0.5.16 serving.py)
+        return {"text": text_of(prompt), "stream": True,
+                "sampling_params": {"max_new_tokens": opts.max_tokens, "temperature": 0,
+                                    "ignore_eos": opts.ignore_eos}}
     body: dict[str, Any] = {
         "model": model,
         "messages": messages_of(prompt),
@@ -141,10 +146,10 @@ def _stream_all(ep: Endpoint, bodies: list[dict[str, Any]], recs: list[RequestRe
 
 
 def _guarded(ep: Endpoint, body: dict[str, Any], rec: RequestRecord) -> None:
-    """stream_chat, whose every failure ends in ``rec.error``: a worker thread never dies with a
+    """stream_request (chat or /generate), whose every failure ends in ``rec.error``: a worker thread never dies with a
     traceback on stderr while its request counts as fine."""
     try:
-        stream_chat(ep, body, rec)
+        stream_request(ep, body, rec)
     except Exception as exc:  # noqa: BLE001 - last resort: the request fails, the bench goes on
         rec.error = f"unexpected {type(exc).__name__}: {exc} (a bug in sgl-eagle3: please report it)"
 
@@ -164,22 +169,28 @@ def run_once(ep: Endpoint, opts: BenchOptions, model: str, index: int) -> RunRec
     run.e2e_tok_s = _mean([r.e2e_tok_s for r in ok if r.e2e_tok_s is not None])
     run.ttft_s = _mean([r.ttft_s for r in ok if r.ttft_s is not None])
     run.throughput_tok_s = run.completion_tokens / wall if wall > 0 and ok else None
-    acc = accept_of(ep, before, ok, run.completion_tokens, f"run {index}")
+    acc = accept_of(ep, before, ok, run.completion_tokens, f"run {index}", per_request_source(opts.api))
     run.accept_length, run.accept_source = acc["accept_length"], acc["accept_source"]
     run.verify_ct, run.metrics_clean, run.warning = acc["verify_ct"], acc["metrics_clean"], acc["warning"]
     return run
 
 
+def per_request_source(api: str) -> str:
+    """Where a request's own verify count comes from: chat's sglext, /generate's meta_info."""
+    return "meta_info" if api == "generate" else "sglext"
+
+
 def accept_of(ep: Endpoint, before: dict[str, float] | None, ok: list[RequestRecord],
-              completion_tokens: int, where: str) -> dict[str, Any]:
-    """Accept length of finished requests: sglext per request when every one has it, else the
-    differences of SGLang's counters since ``before`` (scraped when the requests started)."""
+              completion_tokens: int, where: str, per_request: str = "sglext") -> dict[str, Any]:
+    """Accept length of finished requests: per request (sglext, or /generate's meta_info) when
+    every one has it, else the differences of SGLang's counters since ``before`` (scraped when
+    the requests started)."""
     out: dict[str, Any] = {"accept_length": None, "accept_source": "none", "verify_ct": None,
                            "metrics_clean": None, "warning": None}
     if ok and all(r.spec_verify_ct for r in ok):
         out["verify_ct"] = sum(int(r.spec_verify_ct or 0) for r in ok)
         out["accept_length"] = completion_tokens / out["verify_ct"]
-        out["accept_source"] = "sglext"
+        out["accept_source"] = per_request
     elif before is not None and ok:
         after = _scrape_settled(ep, before, completion_tokens)
         if after is not None:
@@ -303,7 +314,7 @@ def build_result(opts: BenchOptions, model: str, runs: list[RunRecord],
         "params": {
             "runs": opts.runs, "warmup": opts.warmup, "max_tokens": opts.max_tokens,
             "concurrency": opts.concurrency, "temperature": 0, "ignore_eos": opts.ignore_eos,
-            "timeout_s": opts.timeout_s, "prompts": opts.prompts,
+            "timeout_s": opts.timeout_s, "prompts": opts.prompts, "api": opts.api,
         },
         "counting": ("completion_tokens from the server's usage (include_usage); tokens in the first "
                      "chunk from per-chunk usage (continuous_usage_stats) when reported"),
@@ -362,7 +373,7 @@ def run_ladder(opts: BenchOptions, levels: list[int],
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "params": {"levels": levels, "runs": opts.runs, "warmup": opts.warmup,
                    "max_tokens": opts.max_tokens, "ignore_eos": opts.ignore_eos,
-                   "timeout_s": opts.timeout_s, "prompt_count": len(opts.prompts)},
+                   "timeout_s": opts.timeout_s, "prompt_count": len(opts.prompts), "api": opts.api},
         "definitions": {
             "per_stream_tok_s": "mean over runs of the mean decode tok/s of the run's requests",
             "throughput_tok_s": "mean over runs of all completion tokens / run wall time",

@@ -1,4 +1,4 @@
-"""The streaming chat client: one request to a server we do not trust (bounded reads, exact token counts from usage, per-request accept length from sglext), and SGLang's counters."""
+"""The streaming client (chat completions, or SGLang's /generate): one request to a server we do not trust (bounded reads, exact token counts from usage, per-request accept length from sglext), and SGLang's counters."""
 
 from __future__ import annotations
 
@@ -175,6 +175,32 @@ def stream_chat(ep: Endpoint, body: dict[str, Any], rec: RequestRecord,
     watchdog cuts a server that trickles bytes); a line over httpio.LINE_CAP, a chunk of the
     wrong shape, no usage, or counters that cannot be true (chunks.impossible_counts) fail it.
     """
+    return _stream(ep, _CHAT, body, rec, clock)
+
+
+def stream_generate(ep: Endpoint, body: dict[str, Any], rec: RequestRecord,
+                    clock: Callable[[], float] = time.perf_counter) -> RequestRecord:
+    """The same for SGLang's native ``/generate`` (``bench --api generate``): the counts come from
+    each chunk's ``meta_info`` (completion_tokens, spec_verify_ct), as bench_serving's
+    ``--backend sglang`` reads them (0.5.16 ``benchmark/serving.py``
+    ``async_request_sglang_generate``)."""
+    return _stream(ep, _GENERATE, body, rec, clock)
+
+
+def stream_request(ep: Endpoint, body: dict[str, Any], rec: RequestRecord) -> RequestRecord:
+    """Whichever API ``body`` was built for (bench.request_body)."""
+    return (stream_chat if "messages" in body else stream_generate)(ep, body, rec)
+
+
+@dataclass(frozen=True)
+class _Api:
+    path: str
+    take: Callable[[Any, RequestRecord, float], bool]
+    no_usage: str
+
+
+def _stream(ep: Endpoint, api: _Api, body: dict[str, Any], rec: RequestRecord,
+            clock: Callable[[], float]) -> RequestRecord:
     payload = json.dumps(body).encode()
     dl = httpio.Deadline(ep.timeout_s)
     c = ep.conn()
@@ -191,7 +217,7 @@ def stream_chat(ep: Endpoint, body: dict[str, Any], rec: RequestRecord,
         ep.track(sock, True)
         if ep.aborted:  # Ctrl-C while connecting
             raise OSError("interrupted")
-        c.request("POST", ep.base + "/v1/chat/completions", body=payload,
+        c.request("POST", ep.base + api.path, body=payload,
                   headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
         r = c.getresponse()
         if r.status != 200:
@@ -211,7 +237,7 @@ def stream_chat(ep: Endpoint, body: dict[str, Any], rec: RequestRecord,
                 chunk = json.loads(data)
             except (ValueError, RecursionError):
                 continue  # a keep-alive or partial line: SSE readers skip what they cannot parse
-            usage_seen = _take_chunk(chunk, rec, now) or usage_seen
+            usage_seen = api.take(chunk, rec, now) or usage_seen
             if rec.error:
                 break
     except httpio.BadStream as exc:
@@ -235,14 +261,19 @@ def stream_chat(ep: Endpoint, body: dict[str, Any], rec: RequestRecord,
     elif rec.error is None and not done and rec.finish_reason is None:
         rec.error = "stream closed by the server before the end (no finish_reason, no [DONE])"
     elif rec.error is None and not usage_seen:
-        rec.error = ("the server reported no usage.completion_tokens (bench counts the server's tokens "
-                     "and asks for them with stream_options.include_usage; this server ignored it)")
+        rec.error = api.no_usage
     elif rec.error is None:
+        asked = body.get("max_tokens") or (body.get("sampling_params") or {}).get("max_new_tokens")
         rec.error = chunks.impossible_counts(rec.completion_tokens, rec.first_chunk_tokens if
                                              rec.first_tokens_exact else 0, rec.spec_verify_ct,
-                                             int(body.get("max_tokens") or chunks.MAX_COUNT))
+                                             int(asked or chunks.MAX_COUNT))
     rec.finalize()
     return rec
+
+
+def _server_error(err: Any) -> str:
+    msg = err.get("message", err) if isinstance(err, dict) else err
+    return f"the server sent an error: {str(msg)[:300]}"
 
 
 def _take_chunk(chunk: Any, rec: RequestRecord, now: float) -> bool:
@@ -250,9 +281,7 @@ def _take_chunk(chunk: Any, rec: RequestRecord, now: float) -> bool:
     chunk of the wrong shape (chunks.py)."""
     chunk = chunks.chunk_object(chunk)
     if "error" in chunk and not chunk.get("choices"):
-        err = chunk["error"]
-        msg = err.get("message", err) if isinstance(err, dict) else err
-        rec.error = f"the server sent an error: {str(msg)[:300]}"
+        rec.error = _server_error(chunk["error"])
         return False
     usage = chunks.obj(chunk, "usage", "") or {}
     tokens = chunks.count(usage, "completion_tokens", "usage.")
@@ -269,6 +298,37 @@ def _take_chunk(chunk: Any, rec: RequestRecord, now: float) -> bool:
     spec = chunks.spec_details(chunk)
     verify = chunks.count(spec, "spec_verify_ct", "sglext.spec_tokens_details.") if spec else None
     accept = chunks.number(spec, "spec_accept_length", "sglext.spec_tokens_details.") if spec else None
+    return _fold(rec, now, has_text, tokens, prompt, verify, accept)
+
+
+def _take_generate(chunk: Any, rec: RequestRecord, now: float) -> bool:
+    """One ``/generate`` chunk: ``text`` (the text so far, or the delta with SGLang's
+    ``--incremental-streaming-output``) and ``meta_info`` with the cumulative counts. A text chunk
+    that adds no token is skipped, as bench_serving skips it (its gap goes to the next one)."""
+    chunk = chunks.chunk_object(chunk)
+    if "error" in chunk:
+        rec.error = _server_error(chunk["error"])
+        return False
+    meta = chunks.obj(chunk, "meta_info", "") or {}
+    tokens = chunks.count(meta, "completion_tokens", "meta_info.")
+    prompt = chunks.count(meta, "prompt_tokens", "meta_info.")
+    fr = meta.get("finish_reason")
+    if isinstance(fr, dict):  # SGLang: {"type": "length", "length": N} / {"type": "stop", ...}
+        fr = chunks.text(fr, "type", "meta_info.finish_reason.")
+    elif fr is not None:
+        fr = chunks.text(meta, "finish_reason", "meta_info.")
+    if fr:
+        rec.finish_reason = fr
+    has_text = bool(chunks.text(chunk, "text", ""))
+    if has_text and rec.ttft_s is not None and tokens is not None and tokens == rec.completion_tokens:
+        has_text = False
+    verify = chunks.count(meta, "spec_verify_ct", "meta_info.")
+    accept = chunks.number(meta, "spec_accept_length", "meta_info.")
+    return _fold(rec, now, has_text, tokens, prompt, verify, accept)
+
+
+def _fold(rec: RequestRecord, now: float, has_text: bool, tokens: int | None, prompt: int | None,
+          verify: int | None, accept: float | None) -> bool:
     if has_text:
         rec.on_text(now, tokens)
         rec.content_chunks += 1
@@ -287,6 +347,14 @@ def _take_chunk(chunk: Any, rec: RequestRecord, now: float) -> bool:
         if accept:
             rec.spec_accept_length = accept
     return tokens is not None
+
+
+_CHAT = _Api("/v1/chat/completions", _take_chunk,
+             "the server reported no usage.completion_tokens (bench counts the server's tokens and asks "
+             "for them with stream_options.include_usage; this server ignored it)")
+_GENERATE = _Api("/generate", _take_generate,
+                 "the server reported no meta_info.completion_tokens (--api generate reads SGLang's native "
+                 "/generate stream; is this an SGLang server?)")
 
 
 # ---------------------------------------------------------------- metrics

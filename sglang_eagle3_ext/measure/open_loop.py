@@ -24,7 +24,15 @@ from typing import Any
 
 from ..runtime.errors import UserError
 from . import arrivals, httpio, serving_stats
-from .bench import BenchOptions, _guarded, _stream_all, accept_of, probe_model, request_body
+from .bench import (
+    BenchOptions,
+    _guarded,
+    _stream_all,
+    accept_of,
+    per_request_source,
+    probe_model,
+    request_body,
+)
 from .chat_client import Endpoint, RequestRecord, flush_cache, scrape
 from .prompts import PromptItem
 
@@ -78,6 +86,7 @@ class OpenLoopOptions:
     slo: dict[str, float] | None = None
     warmup: int = 1
     flush_cache: bool = False   # after each rate's warm-up (bench_serving --flush-cache)
+    api: str = "chat"           # or "generate" (bench.request_body)
     timeout_s: float = 600.0
     label: str | None = None
     model: str | None = None
@@ -146,7 +155,7 @@ def plan(opts: OpenLoopOptions, rate: float) -> list[Planned]:
 
 
 def _body(opts: OpenLoopOptions, item: PromptItem, model: str, max_tokens: int) -> dict[str, Any]:
-    bo = BenchOptions(url=opts.url, max_tokens=max_tokens, ignore_eos=opts.ignore_eos)
+    bo = BenchOptions(url=opts.url, max_tokens=max_tokens, ignore_eos=opts.ignore_eos, api=opts.api)
     return request_body(bo, item.prompt, model)
 
 
@@ -217,7 +226,8 @@ def run_rate(ep: Endpoint, opts: OpenLoopOptions, model: str, rate: float,
     duration = max(t_end - t0, 1e-9)
     reqs = [_request_entry(p, r, t0, ready[k], queued[k], opts) for k, (p, r) in enumerate(zip(planned, recs, strict=True))]
     ok = [r for r in recs if r.error is None]
-    acc = accept_of(ep, before, ok, sum(r.completion_tokens for r in ok), f"rate {rate:g}/s")
+    acc = accept_of(ep, before, ok, sum(r.completion_tokens for r in ok), f"rate {rate:g}/s",
+                    per_request_source(opts.api))
     summary = serving_stats.summarize_rate(reqs, recs, duration, opts.slo)
     summary.update({"request_rate": rate_json(rate), "burstiness": opts.burstiness, **{
         k: acc[k] for k in ("accept_length", "accept_source", "verify_ct", "metrics_clean")}})
@@ -316,7 +326,7 @@ def run_open_loop(opts: OpenLoopOptions, progress: Callable[[int, int, int], Non
                    "output_len": opts.output_len.text() if opts.output_len else None,
                    "max_tokens": opts.max_tokens, "ignore_eos": opts.ignore_eos, "temperature": 0,
                    "seed": opts.seed, "order": opts.order, "slo_ms": opts.slo, "warmup": opts.warmup,
-                   "flush_cache": opts.flush_cache,
+                   "flush_cache": opts.flush_cache, "api": opts.api,
                    "timeout_s": opts.timeout_s, "prompt_count": len(opts.items),
                    "prompts_file": opts.prompts_file},
         "definitions": DEFINITIONS,

@@ -177,3 +177,12 @@ def load_prompts(path: str) -> list[Prompt]:
 
 def messages_of(prompt: Prompt) -> list[dict[str, str]]:
     return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+
+
+def text_of(prompt: Prompt) -> str | None:
+    """The text ``/generate`` gets (``bench --api generate``): the prompt, or its one message's
+    content (bench_serving's ShareGPT loader sends the first turn's text); None for a
+    conversation of several messages, which has no one text without a chat template."""
+    if isinstance(prompt, str):
+        return prompt
+    return prompt[0]["content"] if len(prompt) == 1 else None

@@ -100,9 +100,10 @@ def warm(names: list[tuple[str, Any]], tr: Path, out: Path) -> None:
 
 
 def twin(sv: Any, target: Path, tr: Path, out: Path, r: float = TWIN_RATE) -> None:
-    """Ours, bench_serving on the chat API (its ITL re-tokenizes each chunk's text) and on
-    /generate (its ITL splits each chunk by the server's token count, as ours does): same file,
-    rate, request count and seed, each after a cache flush."""
+    """Ours and bench_serving on the chat API (its ITL re-tokenizes each chunk's text), then ours
+    (``--api generate``) and bench_serving (``--backend sglang``) on /generate, raw text, both
+    splitting each chunk by the server's token count: same file, rate, request count and seed,
+    each after a cache flush."""
     d = out / "twin"
     d.mkdir(parents=True, exist_ok=True)
     port = sv.url.rsplit(":", 1)[1]
@@ -114,13 +115,16 @@ def twin(sv: Any, target: Path, tr: Path, out: Path, r: float = TWIN_RATE) -> No
     base = [sys.executable, "-m", "sglang.bench_serving", "--host", "127.0.0.1", "--port", port, "--dataset-name",
             "sharegpt", "--dataset-path", str(tr), "--num-prompts", str(n), "--request-rate", f"{r:g}", "--seed",
             str(V.SEED), "--tokenizer", str(target), "--flush-cache"]
+    gen = [*ours[:-4], "--api", "generate", "--label", f"ours generate rate {r:g}", "--out",
+           str(d / f"ours-generate-r{r:g}.json")]
     runs = [("bench_serving-chat", [*base, "--backend", "sglang-oai-chat"]),
             ("ours", ours),
-            ("bench_serving-generate", [*base, "--backend", "sglang", "--apply-chat-template"])]
+            ("ours-generate", gen),  # /generate, raw text: like for like with --backend sglang
+            ("bench_serving-generate", [*base, "--backend", "sglang"])]
     for who, cmd in runs:
-        if who != "ours":
+        if not who.startswith("ours"):
             cmd = [*cmd, "--output-file", str(d / f"{who}-r{r:g}.jsonl")]
-        C.run(cmd, d / f"{who}-r{r:g}.txt", timeout=n / r + 120, env=env if who != "ours" else {})
+        C.run(cmd, d / f"{who}-r{r:g}.txt", timeout=n / r + 120, env={} if who.startswith("ours") else env)
     S.checkpoint()
 
 
