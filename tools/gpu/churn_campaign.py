@@ -23,6 +23,8 @@ with six adaptive states. Two plans, meant to run back to back on one warm machi
   SGLang's EMA on its default tiers), the twin at 8 req/s, then 16, 2 and 8 req/s. Since its one
   run (2026-12-04: servers up at 335 s, only 16 req/s fitted), every server first takes an
   unmeasured pass (``warm``): the first run's cold-start stalls went to whichever client came first.
+  With the warm pass and the four-client twin, one call reaches only the 16 req/s round: a session
+  with a full 30 minutes runs r10a + r10b back to back instead (r10a warms the servers r10b reuses).
 
     tools/gpu/run.sh python3 tools/gpu/churn_campaign.py --plan r10 --out $OUT
 """
@@ -139,6 +141,7 @@ def plan_r10a(out: Path) -> dict[str, Any]:
     names = V.named(gs, started)
     V.keep({n: sv for n, sv in names if isinstance(sv, server.Server)})
     S.checkpoint()
+    warm(names, tr, out)
     s5 = dict(names).get("static5")
     if s5 is not None and s5.is_running():
         twin(s5, C.WORK / "8bp" / "target", tr, out)
