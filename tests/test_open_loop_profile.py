@@ -125,3 +125,41 @@ def test_profile_bench_reads_an_open_loop_file(tmp_path):
                         capture_output=True, text=True, cwd=ROOT, timeout=120,
                         env=dict(os.environ, COLUMNS="400"))
     assert "every rate" in r2.stdout and "request-weighted" in r2.stdout and "first-to-last" in r2.stdout
+
+
+R10 = ROOT / "docs" / "data" / "h200-2026-12-04-r10" / "r10"
+
+
+@pytest.mark.parametrize("server,warned,stall", [("policy", True, 2.4), ("ema-default", True, 0.8),
+                                                  ("static5", False, None)])
+def test_a_cold_start_inside_the_run_is_said(server, warned, stall, capsys):
+    """The H200, round 10: the policy's and the EMA's measured 16 req/s runs were each server's
+    first traffic (window 1: draft / verify means far above their own p90s); static 5's first
+    traffic went to an earlier client. `profile --bench` says so for the first two, not the third."""
+    from sglang_eagle3_ext import cli
+
+    prof = next((R10 / server / "configs").glob("*/prof.jsonl"))
+    rc = cli.main(["profile", str(prof), "--bench", str(R10 / server / "serving-r16-k0.json")])
+    assert rc == 0
+    warn = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning:")]
+    assert bool(warn) == warned
+    if warned:
+        assert len(warn) == 1 and "rate 16.0/s: the server's first probe window" in warn[0]
+        assert f"about {stall:.1f} s of stalls" in warn[0]
+
+
+def test_cold_start_rule_on_built_windows():
+    """Window 1 in the span with a phase mean >= 1.5x its own p90 is a cold start; the same window
+    outside the span, or with even cycles, is not."""
+    def rec(win: int, dmean: float, vmean: float) -> dict:
+        return {"window": win, "cycles": 50, "phases": {"draft": {"mean_ms": dmean, "p50_ms": 1.0, "p90_ms": 1.2},
+                                                        "verify": {"mean_ms": vmean, "p50_ms": 10.0, "p90_ms": 11.0}}}
+
+    def run(*recs: dict) -> prof_records.ProfileRun:
+        return prof_records.ProfileRun(path="x", kind="jsonl", records=list(recs))
+
+    cold = client_twin.cold_start(run(rec(1, 30.0, 10.5), rec(2, 1.0, 10.0)))
+    assert cold and cold["ratio"] == 25.0 and cold["stall_s"] == pytest.approx(50 * (29.0 + 0.5) / 1000, abs=0.01)
+    assert client_twin.cold_start(run(rec(1, 1.1, 10.4))) is None       # even cycles
+    assert client_twin.cold_start(run(rec(2, 30.0, 10.5))) is None      # window 1 not in the span
+    assert client_twin.cold_start(None) is None

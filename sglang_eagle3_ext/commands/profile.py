@@ -87,6 +87,7 @@ def _agree(s: dict[str, Any], run: Any, client: dict[str, Any], all_windows: boo
     if client.get("open_loop") and run is not None:  # every decode cycle in the span, request-weighted
         a = client_twin.open_loop_agreement(aligned if aligned is not None else run, client)
         a["windows"] = (aligned.notes[0] if aligned is not None else "every window of the file (no time overlap found)")
+        a["cold_start"] = client_twin.cold_start(aligned)
         return a
     basis = accounting.summarize(aligned, all_windows=all_windows) if aligned is not None else s
     a = client_twin.agreement(basis, client)
@@ -203,6 +204,12 @@ def run(args: argparse.Namespace) -> int:
         if s["file"] in agree:
             a = agree[s["file"]]
             out.print(_ladder_agreement_table(s, a) if "ladder" in a else _agreement_table(s, a))
+            for lv in a.get("ladder") or [a]:
+                if lv.get("cold_start"):
+                    rate = lv["client"].get("request_rate")
+                    where = f"rate {rate}/s" if rate is not None else Path(s["file"]).name
+                    err.print(f"warning: {clean(client_twin.cold_note(lv['cold_start'], where))}",
+                              highlight=False, markup=False)
     for s in summaries:
         notes = s["notes"]
         for n in notes[:_MAX_NOTES]:

@@ -238,6 +238,44 @@ def aligned_run(run: ProfileRun, client: dict[str, Any]) -> ProfileRun | None:
                       notes=[f"{len(keep)} of {len(run.records)} window(s) closed while the bench ran"])
 
 
+COLD_RATIO = 1.5  # a phase's mean over its own p90 in window 1 that marks a cold start
+
+
+def cold_start(aligned: ProfileRun | None) -> dict[str, Any] | None:
+    """Window 1 (the process's first decode cycles since start) inside a client's span, holding a
+    cold start: a draft or verify mean at least COLD_RATIO x that phase's own p90 (a few cycles of
+    a second or more among normal ones). On the H200 (docs/gpu-results.md, round 10) the first
+    windows gave 1.8-16x and every later window of 8 files at most 1.25x; one short warm-up
+    request does not reach it. The stall is estimated as cycles x (mean - p50) over both phases.
+    None when window 1 is not in the span or shows none."""
+    if aligned is None or not aligned.records or aligned.records[0].get("window") != 1:
+        return None
+    w = aligned.records[0]
+    phases, ratio, stall = {}, 0.0, 0.0
+    for k in ("draft", "verify"):
+        ph = (w.get("phases") or {}).get(k) or {}
+        mean, p50, p90 = (ph.get(x) for x in ("mean_ms", "p50_ms", "p90_ms"))
+        if not all(isinstance(v, (int, float)) and v > 0 for v in (mean, p50, p90)):
+            return None
+        phases[k] = {"mean_ms": mean, "p90_ms": p90}
+        ratio = max(ratio, mean / p90)
+        stall += max(0.0, mean - p50)
+    if ratio < COLD_RATIO:
+        return None
+    cycles = int(w.get("cycles") or 0)
+    return {"window": 1, "cycles": cycles, "phases": phases, "ratio": round(ratio, 2),
+            "stall_s": round(cycles * stall / 1000.0, 2)}
+
+
+def cold_note(cold: dict[str, Any], where: str) -> str:
+    d, v = cold["phases"]["draft"], cold["phases"]["verify"]
+    return (f"{where}: the server's first probe window (its first traffic since start) closed inside this run "
+            f"and holds a cold start: draft mean {d['mean_ms']:.1f} ms (p90 {d['p90_ms']:.1f}), verify mean "
+            f"{v['mean_ms']:.1f} ms (p90 {v['p90_ms']:.1f}) over {cold['cycles']} cycles, about "
+            f"{cold['stall_s']:.1f} s of stalls in the client's figures; give the server an unmeasured run "
+            f"first before comparing it (docs/bench.md)")
+
+
 def agreement(summary: dict[str, Any], client: dict[str, Any]) -> dict[str, Any]:
     """Profile vs client, side by side: decode tok/s (per stream) and accept length, with the
     difference of the profile's figure from the client's in %.
