@@ -245,7 +245,7 @@ def cold_start(aligned: ProfileRun | None) -> dict[str, Any] | None:
     """Window 1 (the process's first decode cycles since start) inside a client's span, holding a
     cold start: a draft or verify mean at least COLD_RATIO x that phase's own p90 (a few cycles of
     a second or more among normal ones). On the H200 (docs/gpu-results.md, round 10) the first
-    windows gave 1.8-16x and every later window of 8 files at most 1.25x; one short warm-up
+    windows gave 1.8-16x and every later window of 7 files (rounds 9, 10) at most 1.25x; one short warm-up
     request does not reach it. The stall is estimated as cycles x (mean - p50) over both phases.
     None when window 1 is not in the span or shows none."""
     if aligned is None or not aligned.records or aligned.records[0].get("window") != 1:
