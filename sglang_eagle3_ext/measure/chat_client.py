@@ -1,4 +1,4 @@
-"""The streaming client (chat completions, or SGLang's /generate): one request to a server we do not trust (bounded reads, exact token counts from usage, per-request accept length from sglext), and SGLang's counters."""
+"""The streaming client (chat completions, or SGLang's /generate): one request to a server we do not trust (bounded reads, exact token counts from usage or meta_info, per-request accept length from sglext or meta_info), and SGLang's counters."""
 
 from __future__ import annotations
 
