@@ -10,6 +10,7 @@ from ..runtime.errors import UserError
 from ..runtime.probes.window import (
     CYCLE,
     PHASES,
+    TIMED,
 )
 from ..runtime.safeparse import Unreadable, json_loads, read_text
 
@@ -238,6 +239,7 @@ def aligned_run(run: ProfileRun, client: dict[str, Any]) -> ProfileRun | None:
                       notes=[f"{len(keep)} of {len(run.records)} window(s) closed while the bench ran"])
 
 
+COLD_PHASES = TIMED[:2]  # draft and verify: the phases a cold start shows in
 COLD_RATIO = 1.5  # a phase's mean over its own p90 in window 1 that marks a cold start
 
 
@@ -252,7 +254,7 @@ def cold_start(aligned: ProfileRun | None) -> dict[str, Any] | None:
         return None
     w = aligned.records[0]
     phases, ratio, stall = {}, 0.0, 0.0
-    for k in ("draft", "verify"):
+    for k in COLD_PHASES:
         ph = (w.get("phases") or {}).get(k) or {}
         mean, p50, p90 = (ph.get(x) for x in ("mean_ms", "p50_ms", "p90_ms"))
         if not all(isinstance(v, (int, float)) and v > 0 for v in (mean, p50, p90)):
