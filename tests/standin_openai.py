@@ -34,6 +34,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
+class _Httpd(ThreadingHTTPServer):
+    # socketserver listens with a backlog of 5: more simultaneous connects (rate inf) drop a SYN
+    # and wait the kernel's 1 s retry, a TTFT no real server (uvicorn: 2048) shows.
+    request_queue_size = 128
+
+
 class StandIn:
     def __init__(self, *, ttft_s: float = 0.02, interval_s: float = 0.005, tokens_per_chunk: int = 1,
                  spec: str = "none", model: str = "standin-model", host: str = "127.0.0.1",
@@ -66,7 +72,7 @@ class StandIn:
         self.extra_metrics_tokens = extra_metrics_tokens
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer((host, port), _handler_for(self))
+        self._httpd = _Httpd((host, port), _handler_for(self))
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
 
