@@ -190,10 +190,6 @@ def render_ladder(doc: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
-
-    from ..documents.outputs import write_atomic, write_result
-
     check_out(args.out)
     if args.request_rate is not None:
         return run_open(args)
@@ -207,22 +203,8 @@ def run(args: argparse.Namespace) -> int:
                   highlight=False, markup=False)
         return 130
     ladder = len(levels) > 1
-    if args.json:
-        print_json(result)
-    else:
-        (render_ladder if ladder else render)(result)
-    if args.out:  # checked before the runs; if it still fails the document goes to stdout instead
-        text = json.dumps(result, indent=2, default=str) + "\n"
-        if args.json:
-            try:
-                write_atomic(args.out, text)
-            except UserError as exc:
-                err.print(f"error: {exc}; the result is printed above", highlight=False, markup=False)
-                return 1
-        elif write_result(args.out, text):
-            out.print(f"wrote {args.out}", highlight=False, markup=False)
-        else:
-            return 1
+    if not emit(args, result, render_ladder if ladder else render):
+        return 1
     if ladder:
         if args.plot:
             from ..measure.plot import plot_ladders
@@ -236,6 +218,33 @@ def run(args: argparse.Namespace) -> int:
         return 0 if ok else 1
     s = result["summary"]
     return 0 if s["ok_runs"] == args.runs and not s["failed_requests"] else 1
+
+
+def emit(args: argparse.Namespace, doc: dict[str, Any], show: Any) -> bool:
+    """The document as JSON or a table, then to --out (checked before the runs; if writing still
+    fails, the document is on stdout already). False when --out could not be written."""
+    import json
+
+    from ..documents.outputs import write_atomic, write_result
+
+    if args.json:
+        print_json(doc)
+    else:
+        show(doc)
+    if not args.out:
+        return True
+    text = json.dumps(doc, indent=2, default=str) + "\n"
+    if not args.json:
+        if not write_result(args.out, text):
+            return False
+        out.print(f"wrote {args.out}", highlight=False, markup=False)
+        return True
+    try:
+        write_atomic(args.out, text)
+    except UserError as exc:
+        err.print(f"error: {exc}; the result is printed above", highlight=False, markup=False)
+        return False
+    return True
 
 
 # ---------------------------------------------------------------- open loop
@@ -340,10 +349,6 @@ def render_open(doc: dict[str, Any]) -> None:
 
 
 def run_open(args: argparse.Namespace) -> int:
-    import json
-
-    from ..documents.outputs import write_atomic, write_result
-
     opts = open_options(args)
     try:
         doc = run_open_with_progress(opts)
@@ -351,22 +356,8 @@ def run_open(args: argparse.Namespace) -> int:
         err.print("bench interrupted (Ctrl-C): open streams closed, nothing written",
                   highlight=False, markup=False)
         return 130
-    if args.json:
-        print_json(doc)
-    else:
-        render_open(doc)
-    if args.out:
-        text = json.dumps(doc, indent=2) + "\n"
-        if args.json:
-            try:
-                write_atomic(args.out, text)
-            except UserError as exc:
-                err.print(f"error: {exc}; the result is printed above", highlight=False, markup=False)
-                return 1
-        elif write_result(args.out, text):
-            out.print(f"wrote {args.out}", highlight=False, markup=False)
-        else:
-            return 1
+    if not emit(args, doc, render_open):
+        return 1
     if args.plot:
         from ..measure.plot import plot_serving
 

@@ -27,6 +27,24 @@ def _plt() -> Any:
     return plt
 
 
+def _save(plt: Any, fig: Any, path: str | Path, mkdir: bool = False) -> Path:
+    fig.tight_layout()
+    p = Path(path)
+    if mkdir:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(p, dpi=120)
+    plt.close(fig)
+    return p
+
+
+def _panels(axes: Any, xlabel: str, ylabels: tuple[str, ...], legend_size: int) -> None:
+    for ax, what in zip(axes, ylabels, strict=True):
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(what)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=legend_size)
+
+
 def _ok(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return [c for c in doc.get("configs", []) if c.get("status") == "ok" and c.get("bench")]
 
@@ -59,11 +77,7 @@ def plot_tok_s(doc: dict[str, Any], path: str | Path) -> Path | None:
     ax.set_ylabel("decode tok/s per stream (avg; tick = peak)")
     ax.set_title(f"{doc.get('name', 'sweep')}: decode tok/s (AL = accept length incl. bonus)")
     ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    p = Path(path)
-    fig.savefig(p, dpi=120)
-    plt.close(fig)
-    return p
+    return _save(plt, fig, path)
 
 
 def plot_phases(doc: dict[str, Any], path: str | Path) -> Path | None:
@@ -89,11 +103,7 @@ def plot_phases(doc: dict[str, Any], path: str | Path) -> Path | None:
     ax.set_ylabel("ms per decode cycle")
     ax.set_title(f"{doc.get('name', 'sweep')}: cycle phases (timing mode {', '.join(mode)})")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    p = Path(path)
-    fig.savefig(p, dpi=120)
-    plt.close(fig)
-    return p
+    return _save(plt, fig, path)
 
 
 def plots(doc: dict[str, Any], out_dir: str | Path) -> list[Path]:
@@ -111,19 +121,12 @@ def plot_ladders(docs: list[dict[str, Any]], path: str | Path) -> Path:
         xs = [s["concurrency"] for s in lv]
         a1.plot(xs, [s["per_stream_tok_s"] for s in lv], marker="o", label=d.get("label"))
         a2.plot(xs, [s["throughput_tok_s"] for s in lv], marker="o", label=d.get("label"))
-    for ax, what in ((a1, "decode tok/s per stream"), (a2, "total tok/s (all streams)")):
+    for ax in (a1, a2):
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("concurrency (requests in flight)")
-        ax.set_ylabel(what)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
+    _panels((a1, a2), "concurrency (requests in flight)",
+            ("decode tok/s per stream", "total tok/s (all streams)"), 8)
     fig.suptitle("concurrency ladder")
-    fig.tight_layout()
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(p, dpi=120)
-    plt.close(fig)
-    return p
+    return _save(plt, fig, path, mkdir=True)
 
 
 def plot_serving(docs: list[dict[str, Any]], path: str | Path) -> Path:
@@ -140,15 +143,7 @@ def plot_serving(docs: list[dict[str, Any]], path: str | Path) -> Path:
                            label=f"{d.get('label')} p50")[0]
             ax.plot(xs, [(s[key] or {}).get("p99") for s in ss], marker="x", linestyle="--",
                     color=line.get_color(), label=f"{d.get('label')} p99")
-    for ax, what in zip(axes, ("TTFT ms", "ITL ms (per token)", "end-to-end latency ms"), strict=True):
-        ax.set_xlabel("request throughput (req/s)")
-        ax.set_ylabel(what)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
+    _panels(axes, "request throughput (req/s)",
+            ("TTFT ms", "ITL ms (per token)", "end-to-end latency ms"), 7)
     fig.suptitle("open loop: latency against load")
-    fig.tight_layout()
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(p, dpi=120)
-    plt.close(fig)
-    return p
+    return _save(plt, fig, path, mkdir=True)
