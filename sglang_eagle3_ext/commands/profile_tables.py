@@ -16,6 +16,14 @@ def _fmt(v: float | None, spec: str = ".2f") -> str:
     return "n/a" if v is None else format(v, spec)
 
 
+def _versus_baseline(v: dict[str, Any], cyc: dict[str, Any], baseline_tps: float) -> list[str]:
+    """Break-even accept length at the baseline's tok/s, this key's margin over it, tok/s ratio."""
+    be = analysis.break_even_accept_len(cyc["mean_ms"], baseline_tps) if cyc.get("mean_ms") else None
+    al, ps = v.get("accept_len"), v.get("per_stream_tok_s")
+    return [_fmt(be), _fmt(al - be, "+.2f") if (al is not None and be is not None) else "n/a",
+            f"{(ps / baseline_tps - 1) * 100:+.1f}%" if ps else "n/a"]
+
+
 def _table(summaries: list[dict[str, Any]], baseline_tps: float | None):
     from rich.table import Table
 
@@ -102,10 +110,7 @@ def _key_table(summaries: list[dict[str, Any]], baseline_tps: float | None):
             _fmt(v.get("per_stream_tok_s"), ".1f") + _iv(iv, ".1f"),
             _fmt(v.get("throughput_tok_s"), ".1f")]
         if baseline_tps is not None:
-            be = analysis.break_even_accept_len(cyc["mean_ms"], baseline_tps) if cyc.get("mean_ms") else None
-            al, ps = v.get("accept_len"), v.get("per_stream_tok_s")
-            cells += [_fmt(be), _fmt(al - be, "+.2f") if (al is not None and be is not None) else "n/a",
-                      f"{(ps / baseline_tps - 1) * 100:+.1f}%" if ps else "n/a"]
+            cells += _versus_baseline(v, cyc, baseline_tps)
         t.add_row(*cells)
     for s, k, kc in bare:
         t.add_row(*([Path(s["file"]).name] if many else []), k + " *", "0 (0)", f"0% of {kc['all']}",
@@ -232,10 +237,7 @@ def _batch_table(summaries: list[dict[str, Any]], baseline_tps: float | None = N
                      f"{_fmt(cyc.get('mean_ms'))} ({_fmt(cyc.get('p50_ms'))})",
                      _fmt(v.get("per_stream_tok_s"), ".1f"), _fmt(v.get("throughput_tok_s"), ".1f")]
             if baseline_tps is not None:
-                be = analysis.break_even_accept_len(cyc["mean_ms"], baseline_tps) if cyc.get("mean_ms") else None
-                al, ps = v.get("accept_len"), v.get("per_stream_tok_s")
-                cells += [_fmt(be), _fmt(al - be, "+.2f") if (al is not None and be is not None) else "n/a",
-                          f"{(ps / baseline_tps - 1) * 100:+.1f}%" if ps else "n/a"]
+                cells += _versus_baseline(v, cyc, baseline_tps)
             t.add_row(*cells)
     return t if t.row_count else None
 
