@@ -158,13 +158,7 @@ def plan_r10b(out: Path) -> dict[str, Any]:
     if not tr.exists():
         tr = V.traffic("8bp", out, 400)
     rounds(names, tr, out, RATES_B, 500, flip=True)
-    V.scrape_all(names, out, "r10b")
-    for n, sv in names:
-        if sv is not None and sv.prof and Path(sv.prof).exists():
-            shutil.copy(sv.prof, out / n / "prof-all.jsonl")
-    S.checkpoint()
-    for sv in have.values():
-        sv.stop(grace=3)
+    V.finish(names, have, out, "r10b")
     return {}
 
 

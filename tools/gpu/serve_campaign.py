@@ -335,14 +335,20 @@ def plan_r9e(out: Path) -> dict[str, Any]:
     if not tr.exists():
         tr = traffic("8bp", out, 400)
     open_loop_rounds(names, tr, "8b", out, 520, rates=[32, 2], flip=True)
-    scrape_all(names, out, "r9e")
+    finish(names, have, out, "r9e")
+    return {}
+
+
+def finish(names: list[tuple[str, Any]], have: dict[str, Any], out: Path, tag: str) -> None:
+    """The last step of a plan: /metrics of every server, each one's whole probe file, the
+    checkpoint, then every server stopped."""
+    scrape_all(names, out, tag)
     for n, sv in names:
         if sv is not None and sv.prof and Path(sv.prof).exists():
             shutil.copy(sv.prof, out / n / "prof-all.jsonl")
     S.checkpoint()
     for sv in have.values():
         sv.stop(grace=3)
-    return {}
 
 
 def plan_r9f(out: Path) -> dict[str, Any]:
