@@ -89,6 +89,22 @@ def test_case7_wrong_types_in_chunks_and_usage_fail_the_request(chunk, words):
     assert words in _one_error(stream)
 
 
+def test_case7_a_cumulative_token_count_that_goes_back_fails_the_request():
+    """usage.completion_tokens is the count so far: 2 then 1 is a broken server, not a chunk of
+    one token (the ITL split would otherwise count it as one, silently). /generate's meta_info the
+    same."""
+    from sglang_eagle3_ext.measure.chat_client import _take_generate
+    from sglang_eagle3_ext.measure.httpio import BadStream
+    from sglang_eagle3_ext.measure.open_loop import StreamRecord
+
+    stream = sse(good_chunks(5)[:3] + [{"choices": [], "usage": {"completion_tokens": 1}}] + good_chunks(5)[3:])
+    assert "went back from 2 to 1" in _one_error(stream)
+    rec = StreamRecord(prompt_index=0, cap=8)
+    _take_generate({"text": "ab", "meta_info": {"completion_tokens": 4}}, rec, 0.01)
+    with pytest.raises(BadStream, match="went back from 4 to 3"):
+        _take_generate({"text": "abc", "meta_info": {"completion_tokens": 3}}, rec, 0.02)
+
+
 def test_case7_models_answering_a_list_or_ending_early(capsys):
     short = b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n{\"data\": ["
     for models in (json_answer([1, 2]), json_answer({"data": "x"}), json_answer({"data": [{"id": 5}]}), short):

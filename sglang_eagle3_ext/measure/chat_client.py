@@ -329,6 +329,9 @@ def _take_generate(chunk: Any, rec: RequestRecord, now: float) -> bool:
 
 def _fold(rec: RequestRecord, now: float, has_text: bool, tokens: int | None, prompt: int | None,
           verify: int | None, accept: float | None) -> bool:
+    if tokens is not None and tokens < rec.completion_tokens:  # a count every chunk carries so far
+        raise httpio.BadStream(f"the completion token count went back from {rec.completion_tokens} to "
+                               f"{tokens} within one stream (it is cumulative)")
     if has_text:
         rec.on_text(now, tokens)
         rec.content_chunks += 1
