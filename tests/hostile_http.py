@@ -13,15 +13,10 @@ import json
 import socket
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-
-class _Httpd(ThreadingHTTPServer):
-    # socketserver listens with a backlog of 5: more simultaneous connects (rate inf) drop a SYN
-    # and wait the kernel's 1 s retry, a TTFT no real server (uvicorn: 2048) shows.
-    request_queue_size = 128
-
+from standins.httpd import Httpd
 
 Script = Callable[[str, str, Callable[[bytes], None], threading.Event], None]
 
@@ -108,7 +103,7 @@ class Hostile:
             def do_POST(self) -> None:  # noqa: N802
                 self._serve("POST")
 
-        self._httpd = _Httpd(("127.0.0.1", 0), Handler)
+        self._httpd = Httpd(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
         # a short poll: shutdown() waits one poll interval (0.5 s by default) per server
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02},

@@ -30,14 +30,10 @@ import math
 import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-
-class _Httpd(ThreadingHTTPServer):
-    # socketserver listens with a backlog of 5: more simultaneous connects (rate inf) drop a SYN
-    # and wait the kernel's 1 s retry, a TTFT no real server (uvicorn: 2048) shows.
-    request_queue_size = 128
+from standins.httpd import Httpd
 
 
 class StandIn:
@@ -72,7 +68,7 @@ class StandIn:
         self.extra_metrics_tokens = extra_metrics_tokens
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
-        self._httpd = _Httpd((host, port), _handler_for(self))
+        self._httpd = Httpd((host, port), _handler_for(self))
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
 

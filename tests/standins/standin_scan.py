@@ -29,17 +29,12 @@ import random
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from httpd import Httpd  # this folder: the script is run as a file
+
 from sglang_eagle3_ext.runtime.probes import window
-
-
-class _Httpd(ThreadingHTTPServer):
-    # socketserver listens with a backlog of 5: more simultaneous connects (rate inf) drop a SYN
-    # and wait the kernel's 1 s retry, a TTFT no real server (uvicorn: 2048) shows.
-    request_queue_size = 128
-
 
 RATES = (0.8, 0.6, 0.4, 0.3, 0.2, 0.15, 0.1)
 
@@ -319,7 +314,7 @@ def main() -> int:
     graph_log(sorted(ENGINE.cands), ENGINE.current)
     time.sleep(float(os.environ.get("STANDIN_SCAN_START_DELAY") or 0))  # a long start (graph capture)
     threading.Thread(target=ENGINE.loop, daemon=True).start()
-    httpd = _Httpd((host, port), Handler)
+    httpd = Httpd((host, port), Handler)
     httpd.daemon_threads = True
     print("The server is fired up and ready to roll!", flush=True)
     httpd.serve_forever()

@@ -17,13 +17,9 @@ import signal
 import subprocess
 import sys
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
-
-class _Httpd(ThreadingHTTPServer):
-    # socketserver listens with a backlog of 5: more simultaneous connects (rate inf) drop a SYN
-    # and wait the kernel's 1 s retry, a TTFT no real server (uvicorn: 2048) shows.
-    request_queue_size = 128
+from httpd import Httpd  # this folder: the script is run as a file
 
 
 def arg(name: str, default: str) -> str:
@@ -78,7 +74,7 @@ def main() -> int:
     say("KV Cache is allocated. #tokens: 2048")
     say("Capture cuda graph begin. This can take up to several minutes.")
     say("Capture cuda graph end. Time elapsed: 0.01 s.")
-    httpd = _Httpd((host, port), Handler)
+    httpd = Httpd((host, port), Handler)
     if os.environ.get("STANDIN_PIDFILE"):
         with open(os.environ["STANDIN_PIDFILE"], "w") as f:
             f.write(f"{os.getpid()} {child.pid if child else 0}\n")
