@@ -64,17 +64,17 @@ def groups(out: Path) -> list[dict[str, Any]]:
             V.kv(C.group("ema-scan", "8bp", "draft", [5], V.LOADS, adaptive=str(out / "adaptive-scan-8b.json")), "8b")]
 
 
-def open_loop(name: str, url: str, tr: Path, rate: float, out: Path, tag: str) -> None:
+def open_loop(name: str, url: str, tr: Path, rate: float, out: Path, tag: str, shape: str = "8b") -> None:
     (out / name).mkdir(parents=True, exist_ok=True)
     f = out / name / f"serving-r{rate:g}-{tag}.json"
     C.run([*C.CLI, "bench", "--url", url, "--prompts", str(tr), "--request-rate", f"{rate:g}",
-           "--duration", str(V.DURATION["8b"]), "--seed", str(V.SEED), "--ignore-eos", "--flush-cache",
-           "--slo", V.SLO["8b"], "--label", f"{name} rate {rate:g}", "--out", str(f)], f.with_suffix(".txt"),
-          timeout=V.DURATION["8b"] + 90)
+           "--duration", str(V.DURATION[shape]), "--seed", str(V.SEED), "--ignore-eos", "--flush-cache",
+           "--slo", V.SLO[shape], "--label", f"{name} rate {rate:g}", "--out", str(f)], f.with_suffix(".txt"),
+          timeout=V.DURATION[shape] + 90)
 
 
 def rounds(names: list[tuple[str, Any]], tr: Path, out: Path, rates: list[float], deadline: float,
-           flip: bool) -> None:
+           flip: bool, shape: str = "8b") -> None:
     """Every server at every rate, the order reversed from one rate to the next."""
     for i, rate in enumerate(rates):
         order = names if (i % 2 == 0) != flip else names[::-1]
@@ -83,7 +83,7 @@ def rounds(names: list[tuple[str, Any]], tr: Path, out: Path, rates: list[float]
                 C.log(f"deadline: {name} at {rate:g} req/s not run")
                 continue
             if sv is not None and sv.is_running():
-                open_loop(name, sv.url, tr, rate, out, f"k{i}")
+                open_loop(name, sv.url, tr, rate, out, f"k{i}", shape)
         S.checkpoint()
 
 
@@ -181,7 +181,85 @@ def plan_r10(out: Path) -> dict[str, Any]:
     return started
 
 
-S.PLANS.update({"r10a": plan_r10a, "r10b": plan_r10b, "r10": plan_r10})
+def twin_generate(sv: Any, target: Path, tr: Path, out: Path, r: float = 8) -> None:
+    """Round 10's open row: ours on /generate (``--api generate``) beside bench_serving's
+    ``--backend sglang`` (the same endpoint, raw text, both splitting a chunk by the server's token
+    count), same file, rate, request count and seed, each after a cache flush; ours first."""
+    d = out / "twin"
+    d.mkdir(parents=True, exist_ok=True)
+    env = {"PYTHONPATH": f"{C.REPO / 'tools' / 'gpu' / 'standins'}:{os.environ.get('PYTHONPATH', '')}"}
+    n, port = V.TWIN_N, sv.url.rsplit(":", 1)[1]
+    ours = [*C.CLI, "bench", "--url", sv.url, "--prompts", str(tr), "--request-rate", f"{r:g}", "--num-requests",
+            str(n), "--seed", str(V.SEED), "--ignore-eos", "--flush-cache", "--api", "generate",
+            "--label", f"ours generate rate {r:g}", "--out", str(d / f"ours-generate-r{r:g}.json")]
+    theirs = [sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang", "--host", "127.0.0.1", "--port",
+              port, "--dataset-name", "sharegpt", "--dataset-path", str(tr), "--num-prompts", str(n),
+              "--request-rate", f"{r:g}", "--seed", str(V.SEED), "--tokenizer", str(target), "--flush-cache",
+              "--output-file", str(d / f"bench_serving-generate-r{r:g}.jsonl")]
+    C.run(ours, d / f"ours-generate-r{r:g}.txt", timeout=n / r + 120)
+    C.run(theirs, d / f"bench_serving-generate-r{r:g}.txt", timeout=n / r + 120, env=env)
+    S.checkpoint()
+
+
+def moe_groups(out: Path) -> list[list[dict[str, Any]]]:
+    """Two 57 GB MoE servers fit at once: (policy on round 8's moe5 scan, static 3: that scan's best
+    at 8 streams), then (SGLang's EMA on its default tiers, static 7: the policy's choice at 1)."""
+    shutil.copy(V.SCAN_MOE_R8 / "scan.json", out / "scan-moe.json")
+    pol = V.kv(C.group("policy-moe", "moep", "draft", [7], [1, 8]), "moe")
+    pol["launch"]["policy"] = str(out / "scan-moe.json")
+    return [[pol, V.kv(C.group("static3-moe", "moep", "draft", [3], [1, 8]), "moe")],
+            [V.kv(C.group("ema-default-moe", "moep", "draft", [7], [1, 8], extra=["--speculative-adaptive"]), "moe"),
+             V.kv(C.group("static7-moe", "moep", "draft", [7], [1, 8]), "moe")]]
+
+
+R11 = {"8b_rates": [8, 16, 2], "8b_deadline": 860, "moe_deadlines": [1380, 1640]}
+
+
+def plan_r11(out: Path) -> dict[str, Any]:
+    """Issue 33's GPU rows in ONE background run that outlives the device calls
+    (``tools/gpu/bg.sh``: each call only starts it or waits and collects): the 8B shape's five
+    servers (static 5, static 4, the policy, both EMAs) warmed, the /generate twin, open loop at
+    8, 16 and 2 req/s; then the MoE shape in two pairs at 1, 3 and 8 req/s, each warmed."""
+    for old in ("8b", "tree", "regions", "moe", "moep"):
+        shutil.rmtree(C.WORK / old, ignore_errors=True)
+    S.build({"8bp": V.P08P}, out)
+    tr = V.traffic("8bp", out, 400)
+    gs = groups(out)
+    started = V.start(gs, out, 31000, first_alone=True)
+    names = V.named(gs, started)
+    S.checkpoint()
+    warm(names, tr, out)
+    s5 = dict(names).get("static5")
+    if s5 is not None and s5.is_running():
+        twin_generate(s5, C.WORK / "8bp" / "target", tr, out)
+    rounds(names, tr, out, R11["8b_rates"], R11["8b_deadline"], flip=False)
+    V.scrape_all(names, out, "r11")
+    S.checkpoint()
+    for sv in started.values():
+        sv.stop(grace=3)
+    shutil.rmtree(C.WORK / "8bp", ignore_errors=True)  # the disk holds one shape's weights at a time
+    S.build({"moep": V.MOEP}, out)
+    trm = V.traffic("moep", out, 400)
+    for i, pair in enumerate(moe_groups(out)):
+        now = V.start(pair, out, 31100 + 10 * i, first_alone=False)
+        pnames = V.named(pair, now)
+        S.checkpoint()
+        for name, sv in pnames:
+            if sv is not None and sv.is_running():
+                (out / name).mkdir(parents=True, exist_ok=True)
+                f = out / name / "warm.json"
+                C.run([*C.CLI, "bench", "--url", sv.url, "--prompts", str(trm), "--request-rate", "8",
+                       "--num-requests", "32", "--seed", str(V.SEED + 1), "--ignore-eos", "--label", f"{name} warm",
+                       "--out", str(f)], f.with_suffix(".txt"), timeout=150)
+        rounds(pnames, trm, out, V.RATES["moe"], R11["moe_deadlines"][i], flip=False, shape="moe")
+        V.scrape_all(pnames, out, "r11")
+        S.checkpoint()
+        for sv in now.values():
+            sv.stop(grace=3)
+    return started
+
+
+S.PLANS.update({"r10a": plan_r10a, "r10b": plan_r10b, "r10": plan_r10, "r11": plan_r11})
 
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, signal.default_int_handler)
