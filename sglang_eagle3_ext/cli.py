@@ -17,7 +17,7 @@ from .runtime.errors import UserError
 # Order is the order shown in --help. Modules are imported lazily, so `sgl-eagle3 doctor` never
 # pays for matplotlib or torch.
 COMMANDS = (
-    "doctor", "patch", "layers", "launch", "stop", "bench", "compare", "profile", "sweep", "scan", "adaptive",
+    "doctor", "patch", "layers", "launch", "stop", "bench", "compare", "profile", "sweep", "scan", "calibrate", "adaptive",
     "tiny", "traffic", "demo",
 )
 # The commands that read an SGLang tree; the others (bench, compare, profile, stop, tiny) work on

@@ -14,7 +14,7 @@ MOVE=(docs/data/h200-2026-11-29 docs/data/h200-2026-12-01 docs/data/h200-2026-12
       docs/data/h200-2026-12-02-r5/trees2 docs/data/h200-2026-12-02-r6
       docs/data/h200-2026-12-02-r7/moe4b docs/data/h200-2026-12-02-r7/long
       docs/data/h200-2026-12-02-r8/moe5b docs/data/h200-2026-12-02-r8/8bp
-      docs/data/h200-2026-12-03-r9 docs/data/h200-2026-12-04-r10)
+      docs/data/h200-2026-12-03-r9 docs/data/h200-2026-12-04-r10 docs/data/h200-2026-12-04-r11)
 case "${1:-}" in
   out)
     for d in "${MOVE[@]}"; do

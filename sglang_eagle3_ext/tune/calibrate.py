@@ -1,0 +1,142 @@
+"""A scan's cycle costs moved to the traffic a server really serves (`sgl-eagle3 calibrate`).
+
+A scan measures each (step count, batch size) on its own requests: short prompts and answers of
+``--max-tokens``. Served traffic holds longer contexts, and verify's attention over them adds to
+every cycle a cost that hardly depends on the step count (H200 round 11, MoE shape: +4.5 ms at
+3 steps and +3.9 ms at 7 steps on a batch of 8; +0.76 / +0.70 ms at one stream). A cost the
+same for every step count favours more steps (fewer cycles per token), so the scan's ranking can
+flip: 3 and 7 steps tied in the scan at batch 8, 7 was 8 % faster per stream in the traffic.
+
+The rule, per CUDA-graph batch size ``b`` where the probes hold steady cycles of some step counts:
+
+    offset(b)      = cycle-weighted mean over those keys of (measured ms - scan ms at (s, b))
+    calibrated(s, b) = measured ms of (s, b) where it has >= min_cycles steady cycles,
+                       else scan ms at (s, b) + offset(b)
+
+Scan ms at (s, b) is the policy's own reading of the table (runtime/policy.ScanTable: padded,
+interpolated). Acceptance stays the scan's (the policy counts it online anyway). The result is a
+scan document (``eagle3_scan/1``) with one main cell per (candidate, calibrated batch size), so
+`launch --policy` reads it as any scan, and its ``calibration`` block says what moved.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from ..runtime.errors import UserError
+from ..runtime.policy import ScanTable, pad_batch, table_from_doc
+
+DEFAULT_MIN_CYCLES = 30  # steady cycles of a key before its own measured mean replaces the table
+# A batch size whose measured cycles differ from the scan's by more than this share of the scan's
+# figure is refused: that is another model, release or GPU, not the same one on longer contexts.
+MAX_SHIFT = 0.5
+
+
+def measured_keys(by_key: dict[str, dict[str, Any]], graph_bs: list[int] | None
+                  ) -> dict[tuple[int, int], tuple[float, int]]:
+    """{(steps, padded bs): (mean steady cycle ms, steady cycles)} from the probes' keys
+    (``accounting.by_key_summary``); chains only (topk 1), CUDA-graph keys only (an eager key
+    runs another kernel path than the table's cells)."""
+    acc: dict[tuple[int, int], list[float]] = {}
+    for v in by_key.values():
+        steps, bs, n = v.get("steps"), v.get("bs"), v.get("cycles") or 0
+        ms = ((v.get("phases") or {}).get("cycle") or {}).get("mean_ms")
+        if not isinstance(steps, int) or not isinstance(bs, int) or v.get("topk") not in (1, None):
+            continue
+        if v.get("graph") is False or not ms or n <= 0:
+            continue
+        e = acc.setdefault((steps, pad_batch(bs, graph_bs)), [0.0, 0])
+        e[0] += ms * n
+        e[1] += n
+    return {k: (s / n, int(n)) for k, (s, n) in acc.items()}
+
+
+def offsets(table: ScanTable, meas: dict[tuple[int, int], tuple[float, int]]
+            ) -> dict[int, dict[str, Any]]:
+    """{padded bs: {offset_ms, cycles, keys}}: the cycle-weighted mean gap between what ran and
+    what the table says, over the step counts the table has."""
+    out: dict[int, dict[str, Any]] = {}
+    for (steps, b), (ms, n) in sorted(meas.items()):
+        ref = table.cycle_ms(steps, b)
+        if ref is None:
+            continue
+        o = out.setdefault(b, {"sum": 0.0, "cycles": 0, "keys": []})
+        o["sum"] += (ms - ref) * n
+        o["cycles"] += n
+        o["keys"].append({"steps": steps, "measured_ms": round(ms, 4), "scan_ms": round(ref, 4), "cycles": n})
+    return {b: {"offset_ms": round(o["sum"] / o["cycles"], 4), "cycles": o["cycles"], "keys": o["keys"]}
+            for b, o in out.items() if o["cycles"] > 0}
+
+
+def calibrate(doc: dict[str, Any], by_key: dict[str, dict[str, Any]], *, sources: list[str],
+              min_cycles: int = DEFAULT_MIN_CYCLES) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(the calibrated scan document, one row per (batch size, step count) for the report)."""
+    try:
+        table = table_from_doc(doc)
+    except ValueError as exc:
+        raise UserError(str(exc), exit_code=2) from exc
+    meas = measured_keys(by_key, table.graph_bs)
+    top = max((b for pts in table.points.values() for b, _ in pts), default=0)
+    beyond = sorted({b for _, b in meas if b > top})
+    offs = {b: o for b, o in offsets(table, meas).items() if b <= top}
+    for b, o in offs.items():
+        worst = max(o["keys"], key=lambda k: abs(k["measured_ms"] - k["scan_ms"]) / k["scan_ms"])
+        if abs(worst["measured_ms"] - worst["scan_ms"]) > MAX_SHIFT * worst["scan_ms"]:
+            raise UserError(
+                f"batch size {b}, {worst['steps']} steps: the probes measured {worst['measured_ms']:.2f} ms a cycle, "
+                f"the scan {worst['scan_ms']:.2f} ms (more than {MAX_SHIFT:.0%} apart): are the probes from the "
+                "scan's model, SGLang release and GPU?", exit_code=2)
+    if not offs:
+        raise UserError("the probe files hold no steady cycle of a step count the scan measured "
+                        f"(scan candidates {table.candidates}; probes: "
+                        f"{sorted({s for s, _ in meas}) or 'none'}): nothing to calibrate from", exit_code=2)
+    cells, rows = [], []
+    for b in sorted(offs):
+        for steps in table.candidates:
+            scan_ms = table.cycle_ms(steps, b)
+            if scan_ms is None:
+                continue
+            own = meas.get((steps, b))
+            if own is not None and own[1] >= min_cycles:
+                ms, basis = own[0], "measured"
+            else:
+                ms, basis = scan_ms + offs[b]["offset_ms"], "offset"
+            al = 1.0 if steps == 0 else table.accept_len.get(steps)
+            if al is None:
+                al = min(float(steps + 1), _expected(table, steps))
+            rate = al * 1000.0 / ms
+            cells.append({"steps": steps, "topk": 1, "draft_tokens": steps + 1, "bs": b, "level": b, "graph": True,
+                          "cycles": offs[b]["cycles"], "cycle_ms": round(ms, 4), "accept_len": round(al, 4),
+                          "per_position": [round(p, 4) for p in table.prior[:steps]],
+                          "per_stream_tok_s": round(rate, 2), "throughput_tok_s": round(rate * b, 2),
+                          "calibrated": basis, "scan_cycle_ms": round(scan_ms, 4)})
+            rows.append({"bs": b, "steps": steps, "scan_ms": scan_ms, "ms": ms, "basis": basis,
+                         "scan_rate": al * 1000.0 / scan_ms, "rate": rate, "offset_ms": offs[b]["offset_ms"],
+                         "cycles": (own or (0.0, 0))[1]})
+    new = {k: copy.deepcopy(v) for k, v in doc.items() if k not in ("best", "adaptive", "client", "baseline")}
+    new.update(cells=cells, levels=sorted(offs), levels_done=sorted(offs))
+    new["notes"] = [*(doc.get("notes") or []),
+                    f"calibrated by sgl-eagle3 calibrate from {', '.join(sources)}: cycle ms per (steps, batch "
+                    "size) moved by the probes' steady cycles of the served traffic (tune/calibrate.py)"]
+    new["calibration"] = {"sources": sources, "min_cycles": min_cycles, "beyond_scan": beyond,
+                          "offsets": {str(b): o for b, o in offs.items()},
+                          "rule": "measured mean where a key has min_cycles steady cycles; else the scan's ms + "
+                                  "the batch size's cycle-weighted mean offset of the measured keys"}
+    return new, rows
+
+
+def _expected(table: ScanTable, steps: int) -> float:
+    from ..runtime.policy import expected_tokens
+
+    return expected_tokens(table.prior, steps)
+
+
+def best_by_bs(rows: list[dict[str, Any]], field: str) -> dict[int, int]:
+    """{bs: the step count with the highest per-stream rate in ``field``} (ties: fewer steps)."""
+    best: dict[int, tuple[float, int]] = {}
+    for r in rows:
+        cur = best.get(r["bs"])
+        if cur is None or r[field] > cur[0] + 1e-9:
+            best[r["bs"]] = (r[field], r["steps"])
+    return {b: s for b, (_, s) in sorted(best.items())}
