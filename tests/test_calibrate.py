@@ -111,3 +111,15 @@ def test_no_shared_step_count_and_bad_flags(tmp_path: Path, capsys) -> None:
     assert rc == 2 and "--min-cycles" in err
     rc, err = run_cli(capsys, "calibrate", SCAN_MOE, tmp_path / "missing.jsonl", "--out", out)
     assert rc != 0 and not out.exists()
+
+
+def test_profile_points_to_calibrate_only_where_the_table_misses(capsys) -> None:
+    """`profile` on round 11's policy file (open-loop churn: -15 %) names the command; on round 8's
+    MoE policy file (closed loop, the scan's own kind of traffic) it stays quiet."""
+    rc = cli.main(["profile", str(probes("policy-moe"))])
+    err = capsys.readouterr().err
+    assert rc == 0 and "less per stream than its table expected" in err and "sgl-eagle3 calibrate" in err
+    (r8,) = (R11.parent.parent / "h200-2026-12-02-r8/moe5/policy/configs").glob("*/prof.jsonl")
+    rc = cli.main(["profile", str(r8)])
+    err = capsys.readouterr().err
+    assert rc == 0 and "calibrate" not in err

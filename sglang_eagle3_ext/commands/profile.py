@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..documents import prof_records
-from ..measure import accounting, analysis, client_twin
+from ..measure import accounting, analysis, client_twin, policy_report
 from ..runtime.errors import UserError
 from .console import clean, err, out, print_json
 from .profile_tables import (
@@ -198,6 +198,9 @@ def run(args: argparse.Namespace) -> int:
             out.print(extra)
     if (pt := _policy_table(summaries)) is not None:  # issue 25: what the policy chose and got
         out.print(pt)
+        for s in summaries:  # issue 33: the table's costs are not this traffic's
+            if (hint := policy_report.calibration_hint(s)) is not None:
+                err.print(f"note: {clean(hint)}", highlight=False, markup=False)
     for base, spread in ranks.items():
         out.print(_rank_table(base, spread))
     for s in summaries:
