@@ -76,6 +76,10 @@ def test_calibrated_file_reads_as_a_scan(tmp_path: Path, capsys) -> None:
     assert c["calibrated"] == "measured"
     assert abs(c["cycle_ms"] - keys("policy-moe")[(7, 1)][0]) < 1e-3
     assert scan_doc.table(doc)[8][7] > scan_doc.table(doc)[8][3]
+    # the scan ran 7 steps at its levels 1 and 8 only: batch 4 rests on its line, and says so
+    c4 = next(c for c in doc["cells"] if c["bs"] == 4 and c["steps"] == 7)
+    assert c4["calibrated"] == "offset-interpolated"
+    assert "rest on the scan's line" in text
 
 
 def run_cli(capsys, *args: str) -> tuple[int, str]:

@@ -58,7 +58,8 @@ def render(rows: list[dict[str, Any]], before: dict[int, int], after: dict[int, 
     for col in ("batch", "offset ms", "steps", "scan ms", "calibrated ms", "from", "scan tok/s", "calibrated tok/s"):
         t.add_column(col, justify="left" if col == "from" else "right")
     for r in rows:
-        basis = f"measured ({r['cycles']} cycles)" if r["basis"] == "measured" else "scan + offset"
+        basis = {"measured": f"measured ({r['cycles']} cycles)", "offset": "scan + offset"}.get(
+            r["basis"], "scan line + offset")
         mark = " *" if after.get(r["bs"]) == r["steps"] else ""
         t.add_row(str(r["bs"]), f"{r['offset_ms']:+.2f}", f"{r['steps']}{mark}", f"{r['scan_ms']:.2f}",
                   f"{r['ms']:.2f}", plain(basis), f"{r['scan_rate']:.1f}", f"{r['rate']:.1f}")
@@ -70,6 +71,11 @@ def render(rows: list[dict[str, Any]], before: dict[int, int], after: dict[int, 
         + (f" (changed at {', '.join(map(str, moved))})" if moved else " (unchanged)"))
     say("offset = the cycle-weighted mean of (measured - scan) over the step counts that ran at that batch "
         "size; * = the calibrated best; between and beyond calibrated sizes the policy interpolates as for a scan")
+    thin = sorted({(r["bs"], r["steps"]) for r in rows if r["basis"] == "offset-interpolated"})
+    if thin:
+        say(f"{len(thin)} of {len(rows)} rows rest on the scan's line between its batch sizes (it never ran that "
+            "step count there: 'scan line + offset'); measured probes of those keys, or a scan with those "
+            "batch sizes in --concurrency, make them firm")
     if beyond:
         say(f"batch sizes {', '.join(map(str, beyond))} ran above the scan's largest measured batch size: not "
             "calibrated (a scan with larger --concurrency levels covers them)")

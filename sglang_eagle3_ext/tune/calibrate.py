@@ -13,6 +13,9 @@ The rule, per CUDA-graph batch size ``b`` where the probes hold steady cycles of
     calibrated(s, b) = measured ms of (s, b) where it has >= min_cycles steady cycles,
                        else scan ms at (s, b) + offset(b)
 
+A row resting on the scan's line between two of its cells ("offset-interpolated") is as good as
+that line: the scan never ran that step count at that batch size.
+
 Scan ms at (s, b) is the policy's own reading of the table (runtime/policy.ScanTable: padded,
 interpolated). Acceptance stays the scan's (the policy counts it online anyway). The result is a
 scan document (``eagle3_scan/1``) with one main cell per (candidate, calibrated batch size), so
@@ -100,8 +103,9 @@ def calibrate(doc: dict[str, Any], by_key: dict[str, dict[str, Any]], *, sources
             own = meas.get((steps, b))
             if own is not None and own[1] >= min_cycles:
                 ms, basis = own[0], "measured"
-            else:
-                ms, basis = scan_ms + offs[b]["offset_ms"], "offset"
+            else:  # the scan's own cell, or its line between cells (weaker: round 11, 7 steps at batch 4)
+                ms = scan_ms + offs[b]["offset_ms"]
+                basis = "offset" if b in {x for x, _ in table.points[steps]} else "offset-interpolated"
             al = 1.0 if steps == 0 else table.accept_len.get(steps)
             if al is None:
                 al = min(float(steps + 1), _expected(table, steps))
