@@ -101,11 +101,12 @@ def warm(names: list[tuple[str, Any]], tr: Path, out: Path) -> None:
                    "--out", str(f)], f.with_suffix(".txt"), timeout=150)
 
 
-def twin(sv: Any, target: Path, tr: Path, out: Path, r: float = TWIN_RATE) -> None:
+def twin(sv: Any, target: Path, tr: Path, out: Path, r: float = TWIN_RATE, only: tuple[str, ...] = ()) -> None:
     """Ours and bench_serving on the chat API (its ITL re-tokenizes each chunk's text), then ours
     (``--api generate``) and bench_serving (``--backend sglang``) on /generate, raw text, both
     splitting each chunk by the server's token count: same file, rate, request count and seed,
-    each after a cache flush."""
+    each after a cache flush. ``only``: these runs alone (r11: the /generate pair, round 10's open
+    row), in the same order."""
     d = out / "twin"
     d.mkdir(parents=True, exist_ok=True)
     port = sv.url.rsplit(":", 1)[1]
@@ -124,13 +125,17 @@ def twin(sv: Any, target: Path, tr: Path, out: Path, r: float = TWIN_RATE) -> No
             ("ours-generate", gen),  # /generate, raw text: like for like with --backend sglang
             ("bench_serving-generate", [*base, "--backend", "sglang"])]
     for who, cmd in runs:
+        if only and who not in only:
+            continue
         if not who.startswith("ours"):
             cmd = [*cmd, "--output-file", str(d / f"{who}-r{r:g}.jsonl")]
         C.run(cmd, d / f"{who}-r{r:g}.txt", timeout=n / r + 120, env={} if who.startswith("ours") else env)
     S.checkpoint()
 
 
-def plan_r10a(out: Path) -> dict[str, Any]:
+def start_8b(out: Path) -> tuple[Path, dict[str, Any], list[tuple[str, Any]]]:
+    """A clean work folder, the 8B paths build and its traffic, the five servers of ``groups``
+    (the first alone: it warms the JIT cache): (traffic file, started, (name, server) pairs)."""
     V.live_path().unlink(missing_ok=True)
     for old in ("8b", "tree", "regions", "moe", "moep"):
         shutil.rmtree(C.WORK / old, ignore_errors=True)
@@ -138,7 +143,11 @@ def plan_r10a(out: Path) -> dict[str, Any]:
     tr = V.traffic("8bp", out, 400)
     gs = groups(out)
     started = V.start(gs, out, 31000, first_alone=True)
-    names = V.named(gs, started)
+    return tr, started, V.named(gs, started)
+
+
+def plan_r10a(out: Path) -> dict[str, Any]:
+    tr, _, names = start_8b(out)
     V.keep({n: sv for n, sv in names if isinstance(sv, server.Server)})
     S.checkpoint()
     warm(names, tr, out)
@@ -181,26 +190,6 @@ def plan_r10(out: Path) -> dict[str, Any]:
     return started
 
 
-def twin_generate(sv: Any, target: Path, tr: Path, out: Path, r: float = 8) -> None:
-    """Round 10's open row: ours on /generate (``--api generate``) beside bench_serving's
-    ``--backend sglang`` (the same endpoint, raw text, both splitting a chunk by the server's token
-    count), same file, rate, request count and seed, each after a cache flush; ours first."""
-    d = out / "twin"
-    d.mkdir(parents=True, exist_ok=True)
-    env = {"PYTHONPATH": f"{C.REPO / 'tools' / 'gpu' / 'standins'}:{os.environ.get('PYTHONPATH', '')}"}
-    n, port = V.TWIN_N, sv.url.rsplit(":", 1)[1]
-    ours = [*C.CLI, "bench", "--url", sv.url, "--prompts", str(tr), "--request-rate", f"{r:g}", "--num-requests",
-            str(n), "--seed", str(V.SEED), "--ignore-eos", "--flush-cache", "--api", "generate",
-            "--label", f"ours generate rate {r:g}", "--out", str(d / f"ours-generate-r{r:g}.json")]
-    theirs = [sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang", "--host", "127.0.0.1", "--port",
-              port, "--dataset-name", "sharegpt", "--dataset-path", str(tr), "--num-prompts", str(n),
-              "--request-rate", f"{r:g}", "--seed", str(V.SEED), "--tokenizer", str(target), "--flush-cache",
-              "--output-file", str(d / f"bench_serving-generate-r{r:g}.jsonl")]
-    C.run(ours, d / f"ours-generate-r{r:g}.txt", timeout=n / r + 120)
-    C.run(theirs, d / f"bench_serving-generate-r{r:g}.txt", timeout=n / r + 120, env=env)
-    S.checkpoint()
-
-
 def moe_groups(out: Path) -> list[list[dict[str, Any]]]:
     """Two 57 GB MoE servers fit at once: (policy on round 8's moe5 scan, static 3: that scan's best
     at 8 streams), then (SGLang's EMA on its default tiers, static 7: the policy's choice at 1)."""
@@ -220,18 +209,12 @@ def plan_r11(out: Path) -> dict[str, Any]:
     (``tools/gpu/bg.sh``: each call only starts it or waits and collects): the 8B shape's five
     servers (static 5, static 4, the policy, both EMAs) warmed, the /generate twin, open loop at
     8, 16 and 2 req/s; then the MoE shape in two pairs at 1, 3 and 8 req/s, each warmed."""
-    for old in ("8b", "tree", "regions", "moe", "moep"):
-        shutil.rmtree(C.WORK / old, ignore_errors=True)
-    S.build({"8bp": V.P08P}, out)
-    tr = V.traffic("8bp", out, 400)
-    gs = groups(out)
-    started = V.start(gs, out, 31000, first_alone=True)
-    names = V.named(gs, started)
+    tr, started, names = start_8b(out)
     S.checkpoint()
     warm(names, tr, out)
     s5 = dict(names).get("static5")
     if s5 is not None and s5.is_running():
-        twin_generate(s5, C.WORK / "8bp" / "target", tr, out)
+        twin(s5, C.WORK / "8bp" / "target", tr, out, r=8, only=("ours-generate", "bench_serving-generate"))
     rounds(names, tr, out, R11["8b_rates"], R11["8b_deadline"], flip=False)
     V.scrape_all(names, out, "r11")
     S.checkpoint()
