@@ -115,6 +115,12 @@ def test_no_shared_step_count_and_bad_flags(tmp_path: Path, capsys) -> None:
     assert rc == 2 and "--min-cycles" in err
     rc, err = run_cli(capsys, "calibrate", SCAN_MOE, tmp_path / "missing.jsonl", "--out", out)
     assert rc != 0 and not out.exists()
+    (tmp_path / "bin.jsonl").write_bytes(bytes(range(256)) * 8)
+    rc, err = run_cli(capsys, "calibrate", SCAN_MOE, tmp_path / "bin.jsonl", "--out", out)
+    assert rc != 0 and not out.exists()
+    before = scan.read_bytes()  # --out onto an input: refused, the input byte-identical
+    rc, err = run_cli(capsys, "calibrate", scan, probes("static3-moe"), "--out", scan)
+    assert rc == 2 and "is the input" in err and scan.read_bytes() == before
 
 
 def test_profile_points_to_calibrate_only_where_the_table_misses(capsys) -> None:

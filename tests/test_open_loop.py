@@ -53,8 +53,11 @@ def test_schedule_is_honoured_at_the_server():
     # the planned offsets themselves are spread over seconds
     assert planned[-1] > 1.0 and arrived[0] >= t_before
     # what was recorded as sent matches what the server saw, request by request
+    # (typically < 1 ms apart; a busy 2-core box delayed two arrivals 6.5 ms once: the median is
+    # the claim, the max bounds a scheduling hiccup far under the planned gaps, ~100 ms here)
     sent = sorted(r["sent_ms"] for r in rate["requests"])
-    assert [a - arrived[0] for a in arrived] == pytest.approx([(x - sent[0]) / 1000 for x in sent], abs=0.005)
+    gaps = [abs((a - arrived[0]) - (x - sent[0]) / 1000) for a, x in zip(arrived, sent, strict=True)]
+    assert statistics.median(gaps) < 0.002 and max(gaps) < 0.040, gaps
     assert rate["schedule"]["late_sends"] == 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 from rich.table import Table
@@ -34,7 +35,12 @@ def run(args: argparse.Namespace) -> int:
     n = DEFAULT_MIN_CYCLES if args.min_cycles is None else args.min_cycles
     if not 1 <= n <= 10**6:
         raise UserError(f"--min-cycles {n}: give 1..1000000", exit_code=2)
-    check_destination(args.out)
+    dest = check_destination(args.out)
+    for src in [args.scan, *args.probes]:  # the inputs stay as measured: a calibrated copy goes beside them
+        f = Path(src).expanduser()
+        f = f / "scan.json" if f.is_dir() else f
+        if f.exists() and f.resolve() == dest.resolve():
+            raise UserError(f"--out {args.out} is the input {src}: write the calibrated scan to a new file", exit_code=2)
     doc = scan_doc.load(args.scan)
     records: list[dict[str, Any]] = []
     for f in args.probes:
