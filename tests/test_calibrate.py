@@ -133,3 +133,19 @@ def test_profile_points_to_calibrate_only_where_the_table_misses(capsys) -> None
     rc = cli.main(["profile", str(r8)])
     err = capsys.readouterr().err
     assert rc == 0 and "calibrate" not in err
+
+
+def test_sizes_the_probes_never_saw_keep_the_scan(tmp_path: Path, capsys) -> None:
+    """Round 4's 8B scan has a level at 32 streams; round 11's 8B servers ran at most 16: batch 32
+    keeps the scan's own figures (no offset guessed), 1-16 move, and the output says which."""
+    out = tmp_path / "cal.json"
+    rc = cli.main(["calibrate", str(R11 / "scan-8b.json"), str(probes("static5")), "--out", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0 and "the probes never ran there" in text
+    doc = scan_doc.load(out)
+    scan = table_from_doc(scan_doc.load(R11 / "scan-8b.json"))
+    at32 = [c for c in doc["cells"] if c["bs"] == 32]
+    assert at32 and all(c["calibrated"] == "uncalibrated" for c in at32)
+    assert all(abs(c["cycle_ms"] - scan.cycle_ms(c["steps"], 32)) < 1e-3 for c in at32)
+    at16 = next(c for c in doc["cells"] if c["bs"] == 16 and c["steps"] == 5)
+    assert at16["calibrated"] == "measured" and at16["cycle_ms"] > scan.cycle_ms(5, 16) + 1.0

@@ -64,8 +64,8 @@ def render(rows: list[dict[str, Any]], before: dict[int, int], after: dict[int, 
     for col in ("batch", "offset ms", "steps", "scan ms", "calibrated ms", "from", "scan tok/s", "calibrated tok/s"):
         t.add_column(col, justify="left" if col == "from" else "right")
     for r in rows:
-        basis = {"measured": f"measured ({r['cycles']} cycles)", "offset": "scan + offset"}.get(
-            r["basis"], "scan line + offset")
+        basis = {"measured": f"measured ({r['cycles']} cycles)", "offset": "scan + offset",
+                 "uncalibrated": "scan (no probes here)"}.get(r["basis"], "scan line + offset")
         mark = " *" if after.get(r["bs"]) == r["steps"] else ""
         t.add_row(str(r["bs"]), f"{r['offset_ms']:+.2f}", f"{r['steps']}{mark}", f"{r['scan_ms']:.2f}",
                   f"{r['ms']:.2f}", plain(basis), f"{r['scan_rate']:.1f}", f"{r['rate']:.1f}")
@@ -82,6 +82,10 @@ def render(rows: list[dict[str, Any]], before: dict[int, int], after: dict[int, 
         say(f"{len(thin)} of {len(rows)} rows rest on the scan's line between its batch sizes (it never ran that "
             "step count there: 'scan line + offset'); measured probes of those keys, or a scan with those "
             "batch sizes in --concurrency, make them firm")
+    bare = sorted({r["bs"] for r in rows if r["basis"] == "uncalibrated"})
+    if bare:
+        say(f"batch sizes {', '.join(map(str, bare))}: the scan measured them, the probes never ran there; they keep "
+            "the scan's figures (the policy interpolates from calibrated to uncalibrated sizes)")
     if beyond:
         say(f"batch sizes {', '.join(map(str, beyond))} ran above the scan's largest measured batch size: not "
             "calibrated (a scan with larger --concurrency levels covers them)")

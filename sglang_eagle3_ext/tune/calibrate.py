@@ -14,7 +14,8 @@ The rule, per CUDA-graph batch size ``b`` where the probes hold steady cycles of
                        else scan ms at (s, b) + offset(b)
 
 A row resting on the scan's line between two of its cells ("offset-interpolated") is as good as
-that line: the scan never ran that step count at that batch size.
+that line: the scan never ran that step count at that batch size. A batch size the scan measured
+and the probes did not see keeps the scan's figures ("uncalibrated"): no offset is guessed there.
 
 Scan ms at (s, b) is the policy's own reading of the table (runtime/policy.ScanTable: padded,
 interpolated). Acceptance stays the scan's (the policy counts it online anyway). The result is a
@@ -28,7 +29,7 @@ import copy
 from typing import Any
 
 from ..runtime.errors import UserError
-from ..runtime.policy import ScanTable, pad_batch, table_from_doc
+from ..runtime.policy import MIN_CELL_CYCLES, ScanTable, expected_tokens, pad_batch, table_from_doc
 
 DEFAULT_MIN_CYCLES = 30  # steady cycles of a key before its own measured mean replaces the table
 # A batch size whose measured cycles differ from the scan's by more than this share of the scan's
@@ -94,32 +95,37 @@ def calibrate(doc: dict[str, Any], by_key: dict[str, dict[str, Any]], *, sources
         raise UserError("the probe files hold no steady cycle of a step count the scan measured "
                         f"(scan candidates {table.candidates}; probes: "
                         f"{sorted({s for s, _ in meas}) or 'none'}): nothing to calibrate from", exit_code=2)
+    scan_points = {(steps, b) for steps, pts in table.points.items() for b, _ in pts}
+    sizes = sorted(set(offs) | {b for _, b in scan_points})
     cells, rows = [], []
-    for b in sorted(offs):
+    for b in sizes:
         for steps in table.candidates:
             scan_ms = table.cycle_ms(steps, b)
-            if scan_ms is None:
+            if scan_ms is None or (b not in offs and (steps, b) not in scan_points):
                 continue
             own = meas.get((steps, b))
+            off = offs[b]["offset_ms"] if b in offs else 0.0
             if own is not None and own[1] >= min_cycles:
                 ms, basis = own[0], "measured"
+            elif b not in offs:
+                ms, basis = scan_ms, "uncalibrated"
             else:  # the scan's own cell, or its line between cells (weaker: round 11, 7 steps at batch 4)
-                ms = scan_ms + offs[b]["offset_ms"]
-                basis = "offset" if b in {x for x, _ in table.points[steps]} else "offset-interpolated"
+                ms = scan_ms + off
+                basis = "offset" if (steps, b) in scan_points else "offset-interpolated"
             al = 1.0 if steps == 0 else table.accept_len.get(steps)
             if al is None:
-                al = min(float(steps + 1), _expected(table, steps))
+                al = min(float(steps + 1), expected_tokens(table.prior, steps))
             rate = al * 1000.0 / ms
             cells.append({"steps": steps, "topk": 1, "draft_tokens": steps + 1, "bs": b, "level": b, "graph": True,
-                          "cycles": offs[b]["cycles"], "cycle_ms": round(ms, 4), "accept_len": round(al, 4),
-                          "per_position": [round(p, 4) for p in table.prior[:steps]],
+                          "cycles": offs[b]["cycles"] if b in offs else MIN_CELL_CYCLES, "cycle_ms": round(ms, 4),
+                          "accept_len": round(al, 4), "per_position": [round(p, 4) for p in table.prior[:steps]],
                           "per_stream_tok_s": round(rate, 2), "throughput_tok_s": round(rate * b, 2),
                           "calibrated": basis, "scan_cycle_ms": round(scan_ms, 4)})
             rows.append({"bs": b, "steps": steps, "scan_ms": scan_ms, "ms": ms, "basis": basis,
-                         "scan_rate": al * 1000.0 / scan_ms, "rate": rate, "offset_ms": offs[b]["offset_ms"],
+                         "scan_rate": al * 1000.0 / scan_ms, "rate": rate, "offset_ms": off,
                          "cycles": (own or (0.0, 0))[1]})
     new = {k: copy.deepcopy(v) for k, v in doc.items() if k not in ("best", "adaptive", "client", "baseline")}
-    new.update(cells=cells, levels=sorted(offs), levels_done=sorted(offs))
+    new.update(cells=cells, levels=sizes, levels_done=sizes)
     new["notes"] = [*(doc.get("notes") or []),
                     f"calibrated by sgl-eagle3 calibrate from {', '.join(sources)}: cycle ms per (steps, batch "
                     "size) moved by the probes' steady cycles of the served traffic (tune/calibrate.py)"]
@@ -128,12 +134,6 @@ def calibrate(doc: dict[str, Any], by_key: dict[str, dict[str, Any]], *, sources
                           "rule": "measured mean where a key has min_cycles steady cycles; else the scan's ms + "
                                   "the batch size's cycle-weighted mean offset of the measured keys"}
     return new, rows
-
-
-def _expected(table: ScanTable, steps: int) -> float:
-    from ..runtime.policy import expected_tokens
-
-    return expected_tokens(table.prior, steps)
 
 
 def best_by_bs(rows: list[dict[str, Any]], field: str) -> dict[int, int]:
