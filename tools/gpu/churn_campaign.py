@@ -87,7 +87,7 @@ def rounds(names: list[tuple[str, Any]], tr: Path, out: Path, rates: list[float]
         S.checkpoint()
 
 
-def warm(names: list[tuple[str, Any]], tr: Path, out: Path) -> None:
+def warm(names: list[tuple[str, Any]], tr: Path, out: Path, rate: float = RATES_B[0], n: int = 64) -> None:
     """One unmeasured pass per server at the top rate before anything is measured: round 10's
     first traffic on each fresh server paid ~3 s of stalls in its first 50 cycles (draft and verify
     means 33 and 26 ms, p90 normal) that a one-request warm-up does not reach; the server that
@@ -96,8 +96,8 @@ def warm(names: list[tuple[str, Any]], tr: Path, out: Path) -> None:
         if sv is not None and sv.is_running():
             (out / name).mkdir(parents=True, exist_ok=True)
             f = out / name / "warm.json"
-            C.run([*C.CLI, "bench", "--url", sv.url, "--prompts", str(tr), "--request-rate", f"{RATES_B[0]:g}",
-                   "--num-requests", "64", "--seed", str(V.SEED + 1), "--ignore-eos", "--label", f"{name} warm",
+            C.run([*C.CLI, "bench", "--url", sv.url, "--prompts", str(tr), "--request-rate", f"{rate:g}",
+                   "--num-requests", str(n), "--seed", str(V.SEED + 1), "--ignore-eos", "--label", f"{name} warm",
                    "--out", str(f)], f.with_suffix(".txt"), timeout=150)
 
 
@@ -227,13 +227,7 @@ def plan_r11(out: Path) -> dict[str, Any]:
         now = V.start(pair, out, 31100 + 10 * i, first_alone=False)
         pnames = V.named(pair, now)
         S.checkpoint()
-        for name, sv in pnames:
-            if sv is not None and sv.is_running():
-                (out / name).mkdir(parents=True, exist_ok=True)
-                f = out / name / "warm.json"
-                C.run([*C.CLI, "bench", "--url", sv.url, "--prompts", str(trm), "--request-rate", "8",
-                       "--num-requests", "32", "--seed", str(V.SEED + 1), "--ignore-eos", "--label", f"{name} warm",
-                       "--out", str(f)], f.with_suffix(".txt"), timeout=150)
+        warm(pnames, trm, out, rate=8, n=32)
         rounds(pnames, trm, out, V.RATES["moe"], R11["moe_deadlines"][i], flip=False, shape="moe")
         V.scrape_all(pnames, out, "r11")
         S.checkpoint()
@@ -242,7 +236,54 @@ def plan_r11(out: Path) -> dict[str, Any]:
     return started
 
 
-S.PLANS.update({"r10a": plan_r10a, "r10b": plan_r10b, "r10": plan_r10, "r11": plan_r11})
+R11_DATA = C.REPO / "docs" / "data" / "h200-2026-12-04-r11" / "r11"
+R12 = {"moe_rates": [3, 8, 1, 3, 8], "moe_deadline": 720, "ab_deadline": 1380}
+
+
+def plan_r12(out: Path) -> dict[str, Any]:
+    """Round 11's open rows, one background run (``bg.sh r12``). MoE first: the policy on the table
+    ``calibrate`` moved to round 11's traffic (scan-moe-served.json: round 8's scan + round 11's
+    policy, static-3 and static-7 probes; states {4, 6, 7}) beside static 7 (round 11's best
+    static count at every rate), warmed, rates 3, 8, 1, 3, 8 with the order reversed each time.
+    Then the 8B: static 5 and the policy (one state [5]) warmed; the /generate twin alternated
+    (ours, bench_serving, ours, bench_serving at 8 req/s: round 11's +5.5 % ITL gap came with a
+    server drift); the two servers ABAB at 16 req/s (round 11's slow-join stretches)."""
+    for old in ("8b", "8bp", "tree", "regions", "moe", "moep"):
+        shutil.rmtree(C.WORK / old, ignore_errors=True)
+    S.build({"moep": V.MOEP}, out)
+    trm = V.traffic("moep", out, 400)
+    shutil.copy(R11_DATA / "scan-moe-served.json", out / "scan-moe-served.json")
+    pol = V.kv(C.group("policy-cal-moe", "moep", "draft", [7], [1, 8]), "moe")
+    pol["launch"]["policy"] = str(out / "scan-moe-served.json")
+    pair = [pol, V.kv(C.group("static7-moe", "moep", "draft", [7], [1, 8]), "moe")]
+    now = V.start(pair, out, 31100, first_alone=True)
+    names = V.named(pair, now)
+    S.checkpoint()
+    warm(names, trm, out, rate=8, n=32)
+    rounds(names, trm, out, R12["moe_rates"], R12["moe_deadline"], flip=False, shape="moe")
+    V.scrape_all(names, out, "r12")
+    S.checkpoint()
+    for sv in now.values():
+        sv.stop(grace=3)
+    shutil.rmtree(C.WORK / "moep", ignore_errors=True)  # the disk holds one shape's weights at a time
+    S.build({"8bp": V.P08P}, out)
+    tr = V.traffic("8bp", out, 400)
+    gs = [g for g in groups(out) if g["name"] in ("static5", "policy")]
+    started = V.start(gs, out, 31000, first_alone=False)
+    names = V.named(gs, started)
+    S.checkpoint()
+    warm(names, tr, out)
+    s5 = dict(names).get("static5")
+    if s5 is not None and s5.is_running():
+        pair_runs = ("ours-generate", "bench_serving-generate")
+        for k in range(2):
+            twin(s5, C.WORK / "8bp" / "target", tr, out / f"twin{k}", r=8, only=pair_runs)
+    rounds(names, tr, out, [16, 16, 16, 16], R12["ab_deadline"], flip=False)
+    V.scrape_all(names, out, "r12")
+    return {**now, **started}
+
+
+S.PLANS.update({"r10a": plan_r10a, "r10b": plan_r10b, "r10": plan_r10, "r11": plan_r11, "r12": plan_r12})
 
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, signal.default_int_handler)

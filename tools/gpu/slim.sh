@@ -6,7 +6,8 @@
 #   tools/gpu/slim.sh in     # after it (git status is clean again)
 # The plans read docs/data/h200-2026-12-01-r4/scan-8b/scan (adapt*-8b) and
 # docs/data/h200-2026-12-02-r5/moe2/scan-moe (moe3) and docs/data/h200-2026-12-02-r7/moe4/scan-moe
-# (moe4b) and docs/data/h200-2026-12-02-r8/moe5/scan-moe (moe5b): those stay.
+# (moe4b) and docs/data/h200-2026-12-02-r8/moe5/scan-moe (moe5b) and round 11's scan files
+# (r12: docs/data/h200-2026-12-04-r11/r11/scan-moe-served.json): those stay.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 HOLD="${SLIM_HOLD:-$HOME/.cache/sglang-eagle3-ext/slim}"
@@ -14,7 +15,9 @@ MOVE=(docs/data/h200-2026-11-29 docs/data/h200-2026-12-01 docs/data/h200-2026-12
       docs/data/h200-2026-12-02-r5/trees2 docs/data/h200-2026-12-02-r6
       docs/data/h200-2026-12-02-r7/moe4b docs/data/h200-2026-12-02-r7/long
       docs/data/h200-2026-12-02-r8/moe5b docs/data/h200-2026-12-02-r8/8bp
-      docs/data/h200-2026-12-03-r9 docs/data/h200-2026-12-04-r10 docs/data/h200-2026-12-04-r11)
+      docs/data/h200-2026-12-03-r9 docs/data/h200-2026-12-04-r10
+      docs/data/h200-2026-12-04-r11/r11/{static5,static4,policy,ema-default,ema-scan,twin}
+      docs/data/h200-2026-12-04-r11/r11/{policy-moe,static3-moe,static7-moe,ema-default-moe})
 case "${1:-}" in
   out)
     for d in "${MOVE[@]}"; do
