@@ -101,6 +101,16 @@ def warm(names: list[tuple[str, Any]], tr: Path, out: Path, rate: float = RATES_
                    "--out", str(f)], f.with_suffix(".txt"), timeout=150)
 
 
+def start_warm(gs: list[dict[str, Any]], out: Path, port: int, tr: Path, *, first_alone: bool,
+               rate: float = RATES_B[0], n: int = 64) -> tuple[dict[str, Any], list[tuple[str, Any]]]:
+    """Start these groups' servers, checkpoint, give each its unmeasured pass (``warm``)."""
+    started = V.start(gs, out, port, first_alone=first_alone)
+    names = V.named(gs, started)
+    S.checkpoint()
+    warm(names, tr, out, rate=rate, n=n)
+    return started, names
+
+
 def twin(sv: Any, target: Path, tr: Path, out: Path, r: float = TWIN_RATE, only: tuple[str, ...] = ()) -> None:
     """Ours and bench_serving on the chat API (its ITL re-tokenizes each chunk's text), then ours
     (``--api generate``) and bench_serving (``--backend sglang``) on /generate, raw text, both
@@ -178,10 +188,7 @@ def plan_r10(out: Path) -> dict[str, Any]:
     S.build({"8bp": V.P08P}, out)
     tr = V.traffic("8bp", out, 400)
     gs = [g for g in groups(out) if g["name"] in ("static5", "policy", "ema-default")]
-    started = V.start(gs, out, 31000, first_alone=True)
-    names = V.named(gs, started)
-    S.checkpoint()
-    warm(names, tr, out)
+    started, names = start_warm(gs, out, 31000, tr, first_alone=True)
     s5 = dict(names).get("static5")
     if s5 is not None and s5.is_running():
         twin(s5, C.WORK / "8bp" / "target", tr, out, r=8)
@@ -201,6 +208,19 @@ def moe_groups(out: Path) -> list[list[dict[str, Any]]]:
              V.kv(C.group("static7-moe", "moep", "draft", [7], [1, 8]), "moe")]]
 
 
+def next_shape(names: list[tuple[str, Any]], started: dict[str, Any], out: Path, tag: str, done: str,
+               build: str, args: list[str]) -> Path:
+    """One shape's servers scraped and stopped, its weights deleted (the disk holds one shape's at a
+    time), the next shape built with its traffic file (returned)."""
+    V.scrape_all(names, out, tag)
+    S.checkpoint()
+    for sv in started.values():
+        sv.stop(grace=3)
+    shutil.rmtree(C.WORK / done, ignore_errors=True)
+    S.build({build: args}, out)
+    return V.traffic(build, out, 400)
+
+
 R11 = {"8b_rates": [8, 16, 2], "8b_deadline": 860, "moe_deadlines": [1380, 1640]}
 
 
@@ -216,18 +236,9 @@ def plan_r11(out: Path) -> dict[str, Any]:
     if s5 is not None and s5.is_running():
         twin(s5, C.WORK / "8bp" / "target", tr, out, r=8, only=("ours-generate", "bench_serving-generate"))
     rounds(names, tr, out, R11["8b_rates"], R11["8b_deadline"], flip=False)
-    V.scrape_all(names, out, "r11")
-    S.checkpoint()
-    for sv in started.values():
-        sv.stop(grace=3)
-    shutil.rmtree(C.WORK / "8bp", ignore_errors=True)  # the disk holds one shape's weights at a time
-    S.build({"moep": V.MOEP}, out)
-    trm = V.traffic("moep", out, 400)
+    trm = next_shape(names, started, out, "r11", "8bp", "moep", V.MOEP)
     for i, pair in enumerate(moe_groups(out)):
-        now = V.start(pair, out, 31100 + 10 * i, first_alone=False)
-        pnames = V.named(pair, now)
-        S.checkpoint()
-        warm(pnames, trm, out, rate=8, n=32)
+        now, pnames = start_warm(pair, out, 31100 + 10 * i, trm, first_alone=False, rate=8, n=32)
         rounds(pnames, trm, out, V.RATES["moe"], R11["moe_deadlines"][i], flip=False, shape="moe")
         V.scrape_all(pnames, out, "r11")
         S.checkpoint()
@@ -256,23 +267,11 @@ def plan_r12(out: Path) -> dict[str, Any]:
     pol = V.kv(C.group("policy-cal-moe", "moep", "draft", [7], [1, 8]), "moe")
     pol["launch"]["policy"] = str(out / "scan-moe-served.json")
     pair = [pol, V.kv(C.group("static7-moe", "moep", "draft", [7], [1, 8]), "moe")]
-    now = V.start(pair, out, 31100, first_alone=True)
-    names = V.named(pair, now)
-    S.checkpoint()
-    warm(names, trm, out, rate=8, n=32)
+    now, names = start_warm(pair, out, 31100, trm, first_alone=True, rate=8, n=32)
     rounds(names, trm, out, R12["moe_rates"], R12["moe_deadline"], flip=False, shape="moe")
-    V.scrape_all(names, out, "r12")
-    S.checkpoint()
-    for sv in now.values():
-        sv.stop(grace=3)
-    shutil.rmtree(C.WORK / "moep", ignore_errors=True)  # the disk holds one shape's weights at a time
-    S.build({"8bp": V.P08P}, out)
-    tr = V.traffic("8bp", out, 400)
+    tr = next_shape(names, now, out, "r12", "moep", "8bp", V.P08P)
     gs = [g for g in groups(out) if g["name"] in ("static5", "policy")]
-    started = V.start(gs, out, 31000, first_alone=False)
-    names = V.named(gs, started)
-    S.checkpoint()
-    warm(names, tr, out)
+    started, names = start_warm(gs, out, 31000, tr, first_alone=False)
     s5 = dict(names).get("static5")
     if s5 is not None and s5.is_running():
         pair_runs = ("ours-generate", "bench_serving-generate")
