@@ -251,14 +251,8 @@ R11_DATA = C.REPO / "docs" / "data" / "h200-2026-12-04-r11" / "r11"
 R12 = {"moe_rates": [3, 8, 1, 3, 8], "moe_deadline": 720, "ab_deadline": 1380}
 
 
-def plan_r12(out: Path) -> dict[str, Any]:
-    """Round 11's open rows, one background run (``bg.sh r12``). MoE first: the policy on the table
-    ``calibrate`` moved to round 11's traffic (scan-moe-served.json: round 8's scan + round 11's
-    policy, static-3 and static-7 probes; states {4, 6, 7}) beside static 7 (round 11's best
-    static count at every rate), warmed, rates 3, 8, 1, 3, 8 with the order reversed each time.
-    Then the 8B: static 5 and the policy (one state [5]) warmed; the /generate twin alternated
-    (ours, bench_serving, ours, bench_serving at 8 req/s: round 11's +5.5 % ITL gap came with a
-    server drift); the two servers ABAB at 16 req/s (round 11's slow-join stretches)."""
+def moe_calibrated(out: Path) -> tuple[dict[str, Any], list[tuple[str, Any]]]:
+    """The MoE policy on the calibrated table beside static 7, warmed, at R12's rates."""
     for old in ("8b", "8bp", "tree", "regions", "moe", "moep"):
         shutil.rmtree(C.WORK / old, ignore_errors=True)
     S.build({"moep": V.MOEP}, out)
@@ -269,6 +263,26 @@ def plan_r12(out: Path) -> dict[str, Any]:
     pair = [pol, V.kv(C.group("static7-moe", "moep", "draft", [7], [1, 8]), "moe")]
     now, names = start_warm(pair, out, 31100, trm, first_alone=True, rate=8, n=32)
     rounds(names, trm, out, R12["moe_rates"], R12["moe_deadline"], flip=False, shape="moe")
+    return now, names
+
+
+def plan_r12m(out: Path) -> dict[str, Any]:
+    """r12's MoE half alone, for a session with under 19 minutes of device time (2026-12-06:
+    18.8): the policy on the calibrated table beside static 7, scraped."""
+    now, names = moe_calibrated(out)
+    V.scrape_all(names, out, "r12")
+    return now
+
+
+def plan_r12(out: Path) -> dict[str, Any]:
+    """Round 11's open rows, one background run (``bg.sh r12``). MoE first: the policy on the table
+    ``calibrate`` moved to round 11's traffic (scan-moe-served.json: round 8's scan + round 11's
+    policy, static-3 and static-7 probes; states {4, 6, 7}) beside static 7 (round 11's best
+    static count at every rate), warmed, rates 3, 8, 1, 3, 8 with the order reversed each time.
+    Then the 8B: static 5 and the policy (one state [5]) warmed; the /generate twin alternated
+    (ours, bench_serving, ours, bench_serving at 8 req/s: round 11's +5.5 % ITL gap came with a
+    server drift); the two servers ABAB at 16 req/s (round 11's slow-join stretches)."""
+    now, names = moe_calibrated(out)
     tr = next_shape(names, now, out, "r12", "moep", "8bp", V.P08P)
     gs = [g for g in groups(out) if g["name"] in ("static5", "policy")]
     started, names = start_warm(gs, out, 31000, tr, first_alone=False)
@@ -282,7 +296,7 @@ def plan_r12(out: Path) -> dict[str, Any]:
     return {**now, **started}
 
 
-S.PLANS.update({"r10a": plan_r10a, "r10b": plan_r10b, "r10": plan_r10, "r11": plan_r11, "r12": plan_r12})
+S.PLANS.update({"r10a": plan_r10a, "r10b": plan_r10b, "r10": plan_r10, "r11": plan_r11, "r12": plan_r12, "r12m": plan_r12m})
 
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, signal.default_int_handler)
