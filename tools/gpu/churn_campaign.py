@@ -251,8 +251,8 @@ R11_DATA = C.REPO / "docs" / "data" / "h200-2026-12-04-r11" / "r11"
 R12 = {"moe_rates": [3, 8, 1, 3, 8], "moe_deadline": 720, "ab_deadline": 1380}
 
 
-def moe_calibrated(out: Path) -> tuple[dict[str, Any], list[tuple[str, Any]]]:
-    """The MoE policy on the calibrated table beside static 7, warmed, at R12's rates."""
+def moe_calibrated(out: Path, rates: list[float], deadline: float) -> tuple[dict[str, Any], list[tuple[str, Any]]]:
+    """The MoE policy on the calibrated table beside static 7, warmed, at these rates."""
     for old in ("8b", "8bp", "tree", "regions", "moe", "moep"):
         shutil.rmtree(C.WORK / old, ignore_errors=True)
     S.build({"moep": V.MOEP}, out)
@@ -262,14 +262,15 @@ def moe_calibrated(out: Path) -> tuple[dict[str, Any], list[tuple[str, Any]]]:
     pol["launch"]["policy"] = str(out / "scan-moe-served.json")
     pair = [pol, V.kv(C.group("static7-moe", "moep", "draft", [7], [1, 8]), "moe")]
     now, names = start_warm(pair, out, 31100, trm, first_alone=True, rate=8, n=32)
-    rounds(names, trm, out, R12["moe_rates"], R12["moe_deadline"], flip=False, shape="moe")
+    rounds(names, trm, out, rates, deadline, flip=False, shape="moe")
     return now, names
 
 
 def plan_r12m(out: Path) -> dict[str, Any]:
-    """r12's MoE half alone, for a session with under 19 minutes of device time (2026-12-06:
-    18.8): the policy on the calibrated table beside static 7, scraped."""
-    now, names = moe_calibrated(out)
+    """r12's MoE half alone, for a session with under 16 minutes of device time (2026-12-06: 15.8
+    after two refused starts): the policy on the calibrated table beside static 7 at 3, 8, 1 and
+    8 req/s, scraped."""
+    now, names = moe_calibrated(out, [3, 8, 1, 8], 600)
     V.scrape_all(names, out, "r12")
     return now
 
@@ -282,7 +283,7 @@ def plan_r12(out: Path) -> dict[str, Any]:
     Then the 8B: static 5 and the policy (one state [5]) warmed; the /generate twin alternated
     (ours, bench_serving, ours, bench_serving at 8 req/s: round 11's +5.5 % ITL gap came with a
     server drift); the two servers ABAB at 16 req/s (round 11's slow-join stretches)."""
-    now, names = moe_calibrated(out)
+    now, names = moe_calibrated(out, R12["moe_rates"], R12["moe_deadline"])
     tr = next_shape(names, now, out, "r12", "moep", "8bp", V.P08P)
     gs = [g for g in groups(out) if g["name"] in ("static5", "policy")]
     started, names = start_warm(gs, out, 31000, tr, first_alone=False)
