@@ -275,6 +275,23 @@ def plan_r12m(out: Path) -> dict[str, Any]:
     return now
 
 
+def plan_r12s(out: Path) -> dict[str, Any]:
+    """Issue 33's open scan row on any one GPU (2026-12-06: no H200 came for r12m): the scan on
+    EIGHT different texts of the 8B paths build (steps 2 and 4 at 1 and 16 streams, one start),
+    against static 2 and static 4 started separately and benched on the same texts
+    (round 9 ran the ONE-text half: docs/gpu-results.md)."""
+    V.live_path().unlink(missing_ok=True)
+    for old in ("8b", "8bp", "tree", "regions", "moe", "moep"):
+        shutil.rmtree(C.WORK / old, ignore_errors=True)
+    statics = V.statics_8b(out)
+    sets = V.prompt_sets("8bp", out)
+    S.checkpoint()
+    V.scan("8bp", sets["many"], out, "many")
+    V.ladders(statics, sets["many"], out, "many")
+    V.scrape_all(list(statics.items()), out, "r12s")
+    return statics
+
+
 def plan_r12(out: Path) -> dict[str, Any]:
     """Round 11's open rows, one background run (``bg.sh r12``). MoE first: the policy on the table
     ``calibrate`` moved to round 11's traffic (scan-moe-served.json: round 8's scan + round 11's
@@ -297,7 +314,7 @@ def plan_r12(out: Path) -> dict[str, Any]:
     return {**now, **started}
 
 
-S.PLANS.update({"r10a": plan_r10a, "r10b": plan_r10b, "r10": plan_r10, "r11": plan_r11, "r12": plan_r12, "r12m": plan_r12m})
+S.PLANS.update({"r10a": plan_r10a, "r10b": plan_r10b, "r10": plan_r10, "r11": plan_r11, "r12": plan_r12, "r12m": plan_r12m, "r12s": plan_r12s})
 
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, signal.default_int_handler)
