@@ -141,6 +141,21 @@ def test_prompts_file_cycles(tmp_path):
     assert got == ["first prompt", "second prompt", "first prompt"]
 
 
+
+def test_a_run_set_that_misses_prompts_says_so():
+    """H100 round 12: --runs 3 --warmup 1 at one stream sent prompts 1-3 of 8; the summary must say
+    the figures cover those texts (real HTTP to the stand-in server; its accept length is fixed)."""
+    prompts = [f"text {i}" for i in range(8)]
+    with StandIn(ttft_s=0.002, interval_s=0.0005) as s:
+        part = bench.run_bench(_opts(s.url, prompts=prompts, max_tokens=4))
+        whole = bench.run_bench(_opts(s.url, prompts=prompts, max_tokens=4, runs=8))
+        wide = bench.run_bench(_opts(s.url, prompts=prompts, max_tokens=4, concurrency=8, runs=1))
+    used = [q["prompt_index"] for r in part["runs"] for q in r["requests"]]
+    assert used == [1, 2, 3]
+    assert ("the measured requests used 3 of the 8 prompts (index 1, 2, 3): the figures describe those "
+            "texts only; --runs 8 at concurrency 1 sends each at least once") in part["warnings"]
+    assert not [w for w in whole["warnings"] + wide["warnings"] if "prompts" in w]
+
 def _free_port() -> int:
     with socket.socket() as sk:
         sk.bind(("127.0.0.1", 0))

@@ -290,6 +290,20 @@ def burst_warnings(good: list[RunRecord]) -> list[str]:
             if r.ttft_s > max(2 * t_med, t_med + 0.1) and r.decode_tok_s > 1.25 * d_med]
 
 
+def coverage_warning(n_prompts: int, concurrency: int, runs: list[RunRecord]) -> list[str]:
+    """Measured requests that used only some of the prompts: the figures describe those texts.
+    Acceptance differs by text, so a separately measured figure on the whole file differs too
+    (H100 2026-12-06: ``--runs 3`` at one stream sent prompts 1-3 of 8, whose expected accept
+    length is 1.0-1.4 % above the eight's)."""
+    used = {q.prompt_index for r in runs for q in r.requests}
+    if not runs or len(used) >= n_prompts:
+        return []
+    need = -(-n_prompts // concurrency)  # runs of `concurrency` requests that reach every prompt
+    shown = ", ".join(map(str, sorted(used)[:8])) + (", ..." if len(used) > 8 else "")
+    return [f"the measured requests used {len(used)} of the {n_prompts} prompts (index {shown}): the figures "
+            f"describe those texts only; --runs {need} at concurrency {concurrency} sends each at least once"]
+
+
 def build_result(opts: BenchOptions, model: str, runs: list[RunRecord],
                  warm: list[RunRecord]) -> dict[str, Any]:
     # A run counts only when every one of its requests finished: a cut stream is not a fast one.
@@ -301,6 +315,7 @@ def build_result(opts: BenchOptions, model: str, runs: list[RunRecord],
             warnings.append(f"run {r.index}: no decode tok/s (every token came in the first chunk; "
                             "a --max-tokens above the tokens of one chunk gives one)")
     warnings += burst_warnings(good)
+    warnings += coverage_warning(len(opts.prompts), opts.concurrency, runs)
     sources = sorted({r.accept_source for r in good})
     acc_runs = [r for r in good if r.accept_length is not None]
     tokens = sum(r.completion_tokens for r in acc_runs)

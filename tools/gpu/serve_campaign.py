@@ -107,17 +107,17 @@ def prompt_sets(build: str, out: Path) -> dict[str, Path]:
     return paths
 
 
-def static_ladder(name: str, url: str, prompts: Path, out: Path, tag: str) -> None:
+def static_ladder(name: str, url: str, prompts: Path, out: Path, tag: str, runs: int = 3) -> None:
     (out / name).mkdir(parents=True, exist_ok=True)
     C.run([*C.CLI, "bench", "--url", url, "--prompts", str(prompts), "--concurrency", ",".join(map(str, LOADS)),
-           "--runs", "3", "--warmup", "1", "--max-tokens", "512", "--ignore-eos", "--label", f"{name} {tag}",
+           "--runs", str(runs), "--warmup", "1", "--max-tokens", "512", "--ignore-eos", "--label", f"{name} {tag}",
            "--out", str(out / name / f"ladder-{tag}.json")], out / name / f"ladder-{tag}.txt", timeout=150)
 
 
-def ladders(statics: dict[str, Any], prompts: Path, out: Path, tag: str) -> None:
+def ladders(statics: dict[str, Any], prompts: Path, out: Path, tag: str, runs: int = 3) -> None:
     for name, sv in statics.items():
         if sv is not None and sv.is_running():
-            static_ladder(name, sv.url, prompts, out, tag)
+            static_ladder(name, sv.url, prompts, out, tag, runs)
 
 
 def named(groups: list[dict[str, Any]], started: dict[str, Any]) -> list[tuple[str, Any]]:
