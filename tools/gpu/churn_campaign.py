@@ -31,6 +31,7 @@ with six adaptive states. Two plans, meant to run back to back on one warm machi
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -294,6 +295,42 @@ def plan_r12s(out: Path) -> dict[str, Any]:
     return statics
 
 
+R13H = {"rates": [2, 8, 16, 16, 8], "deadline": 1500}
+
+
+def plan_r13h(out: Path) -> dict[str, Any]:
+    """Issue 33's 8B row on ONE card of whichever kind comes (H100 when no H200 does: round 12),
+    with its table measured on that card: the scan on the served traffic's own prompts (steps
+    3-6 at 1, 4, 8 and 16 streams, 512-token answers, so verify reads contexts like the served
+    ones), then the policy on that scan, static at the scan's overall best and SGLang's EMA on its
+    default tiers, warmed, at 2, 8, 16, 16 and 8 req/s, the order reversed each time. Two device
+    calls (``bg.sh r13h 560 --hard-stop 1700``, then ``bg.sh r13h 570``)."""
+    V.live_path().unlink(missing_ok=True)
+    for old in ("8b", "8bp", "tree", "regions", "moe", "moep"):
+        shutil.rmtree(C.WORK / old, ignore_errors=True)
+    S.build({"8bp": V.P08P}, out)
+    tr = V.traffic("8bp", out, 400)
+    S.PROMPTS[:] = ["--prompts", str(tr)]
+    d = out / "scan-served"
+    cmd = S.scan_cmd("8bp", "3,4,5,6", "1,4,8,16", d, 31100, bs=16, min_cycles=1500, max_tokens=512,
+                     time_limit=240, kv=V.KV_TOKENS["8b"])
+    S.run_cli(cmd, out / "scan-served.txt", timeout=540, env=S.scan_env())
+    S.checkpoint()
+    try:
+        best = int(json.loads((d / "scan.json").read_text())["best"]["overall"]["steps"])
+    except (OSError, ValueError, KeyError, TypeError):
+        C.log("scan-served: no overall best (the scan did not finish): nothing to compare")
+        return {}
+    pol = V.kv(C.group("policy", "8bp", "draft", [best], V.LOADS), "8b")
+    pol["launch"]["policy"] = str(d / "scan.json")
+    gs = [V.kv(C.group(f"static{best}", "8bp", "draft", [best], V.LOADS), "8b"), pol,
+          V.kv(C.group("ema-default", "8bp", "draft", [7], V.LOADS, extra=["--speculative-adaptive"]), "8b")]
+    started, names = start_warm(gs, out, 31000, tr, first_alone=False)
+    rounds(names, tr, out, R13H["rates"], R13H["deadline"], flip=False)
+    V.scrape_all(names, out, "r13h")
+    return started
+
+
 def plan_r12(out: Path) -> dict[str, Any]:
     """Round 11's open rows, one background run (``bg.sh r12``). MoE first: the policy on the table
     ``calibrate`` moved to round 11's traffic (scan-moe-served.json: round 8's scan + round 11's
@@ -316,7 +353,7 @@ def plan_r12(out: Path) -> dict[str, Any]:
     return {**now, **started}
 
 
-S.PLANS.update({"r10a": plan_r10a, "r10b": plan_r10b, "r10": plan_r10, "r11": plan_r11, "r12": plan_r12, "r12m": plan_r12m, "r12s": plan_r12s})
+S.PLANS.update({"r10a": plan_r10a, "r10b": plan_r10b, "r10": plan_r10, "r11": plan_r11, "r12": plan_r12, "r12m": plan_r12m, "r12s": plan_r12s, "r13h": plan_r13h})
 
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, signal.default_int_handler)

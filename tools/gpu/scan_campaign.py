@@ -89,7 +89,7 @@ def build(models: dict[str, list[str]], out: Path) -> None:
 
 def scan_cmd(models: str, steps: str, conc: str, out: Path, port: int, *, bs: int,
              extra: list[str] = (), min_cycles: int = 256, max_tokens: int = 256,
-             time_limit: int = 75) -> list[str]:
+             time_limit: int = 75, kv: int | None = None) -> list[str]:
     stand = ["--python", sys.executable, "--server-module", "standin_scan"] if REHEARSE else []
     return [*C.CLI, "scan", *stand, *PROMPTS, "--model", str(C.WORK / models / "target"),
             "--draft", str(C.WORK / models / "draft"),
@@ -97,7 +97,7 @@ def scan_cmd(models: str, steps: str, conc: str, out: Path, port: int, *, bs: in
             "--min-cycles", str(min_cycles), "--time-limit", str(time_limit), "--out", str(out), "--port", str(port),
             "--timeout", "420", "--no-sglang-check", "--",
             *C.BASE_ARGS, "--max-running-requests", str(bs), "--cuda-graph-max-bs-decode", str(bs),
-            "--max-total-tokens", str(max(8192, bs * 640)), *extra]
+            "--max-total-tokens", str(kv or max(8192, bs * 640)), *extra]
 
 
 PACK: dict[str, Path] = {}
