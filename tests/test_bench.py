@@ -141,7 +141,6 @@ def test_prompts_file_cycles(tmp_path):
     assert got == ["first prompt", "second prompt", "first prompt"]
 
 
-
 def test_a_run_set_that_misses_prompts_says_so():
     """H100 round 12: --runs 3 --warmup 1 at one stream sent prompts 1-3 of 8; the summary must say
     the figures cover those texts (real HTTP to the stand-in server; its accept length is fixed)."""
@@ -155,6 +154,7 @@ def test_a_run_set_that_misses_prompts_says_so():
     assert ("the measured requests used 3 of the 8 prompts (index 1, 2, 3): the figures describe those "
             "texts only; --runs 8 at concurrency 1 sends each at least once") in part["warnings"]
     assert not [w for w in whole["warnings"] + wide["warnings"] if "prompts" in w]
+
 
 def _free_port() -> int:
     with socket.socket() as sk:

@@ -144,12 +144,17 @@ def twin(sv: Any, target: Path, tr: Path, out: Path, r: float = TWIN_RATE, only:
     S.checkpoint()
 
 
+def fresh_work() -> None:
+    """No kept servers and no model folders of an earlier plan (the disk holds one shape's weights)."""
+    V.live_path().unlink(missing_ok=True)
+    for old in ("8b", "8bp", "tree", "regions", "moe", "moep"):
+        shutil.rmtree(C.WORK / old, ignore_errors=True)
+
+
 def start_8b(out: Path) -> tuple[Path, dict[str, Any], list[tuple[str, Any]]]:
     """A clean work folder, the 8B paths build and its traffic, the five servers of ``groups``
     (the first alone: it warms the JIT cache): (traffic file, started, (name, server) pairs)."""
-    V.live_path().unlink(missing_ok=True)
-    for old in ("8b", "tree", "regions", "moe", "moep"):
-        shutil.rmtree(C.WORK / old, ignore_errors=True)
+    fresh_work()
     S.build({"8bp": V.P08P}, out)
     tr = V.traffic("8bp", out, 400)
     gs = groups(out)
@@ -254,8 +259,7 @@ R12 = {"moe_rates": [3, 8, 1, 3, 8], "moe_deadline": 720, "ab_deadline": 1380}
 
 def moe_calibrated(out: Path, rates: list[float], deadline: float) -> tuple[dict[str, Any], list[tuple[str, Any]]]:
     """The MoE policy on the calibrated table beside static 7, warmed, at these rates."""
-    for old in ("8b", "8bp", "tree", "regions", "moe", "moep"):
-        shutil.rmtree(C.WORK / old, ignore_errors=True)
+    fresh_work()
     S.build({"moep": V.MOEP}, out)
     trm = V.traffic("moep", out, 400)
     shutil.copy(R11_DATA / "scan-moe-served.json", out / "scan-moe-served.json")
@@ -281,15 +285,13 @@ def plan_r12s(out: Path) -> dict[str, Any]:
     EIGHT different texts of the 8B paths build (steps 2 and 4 at 1 and 16 streams, one start),
     against static 2 and static 4 started separately and benched on the same texts
     (round 9 ran the ONE-text half: docs/gpu-results.md)."""
-    V.live_path().unlink(missing_ok=True)
-    for old in ("8b", "8bp", "tree", "regions", "moe", "moep"):
-        shutil.rmtree(C.WORK / old, ignore_errors=True)
+    fresh_work()
     statics = V.statics_8b(out)
     sets = V.prompt_sets("8bp", out)
     S.checkpoint()
     V.scan("8bp", sets["many"], out, "many")
-    # 8 runs: one stream then sends each of the eight texts once (its first run, 3 runs sent
-    # texts 1-3 only: bench now warns of it)
+    # 8 runs: one stream then sends each of the eight texts once (round 12 ran 3, which sent
+    # texts 1-3 only; bench now warns of it)
     V.ladders(statics, sets["many"], out, "many", runs=8)
     V.scrape_all(list(statics.items()), out, "r12s")
     return statics
@@ -305,9 +307,7 @@ def plan_r13h(out: Path) -> dict[str, Any]:
     ones), then the policy on that scan, static at the scan's overall best and SGLang's EMA on its
     default tiers, warmed, at 2, 8, 16, 16 and 8 req/s, the order reversed each time. Two device
     calls (``bg.sh r13h 560 --hard-stop 1700``, then ``bg.sh r13h 570``)."""
-    V.live_path().unlink(missing_ok=True)
-    for old in ("8b", "8bp", "tree", "regions", "moe", "moep"):
-        shutil.rmtree(C.WORK / old, ignore_errors=True)
+    fresh_work()
     S.build({"8bp": V.P08P}, out)
     tr = V.traffic("8bp", out, 400)
     S.PROMPTS[:] = ["--prompts", str(tr)]
@@ -353,7 +353,8 @@ def plan_r12(out: Path) -> dict[str, Any]:
     return {**now, **started}
 
 
-S.PLANS.update({"r10a": plan_r10a, "r10b": plan_r10b, "r10": plan_r10, "r11": plan_r11, "r12": plan_r12, "r12m": plan_r12m, "r12s": plan_r12s, "r13h": plan_r13h})
+S.PLANS.update({"r10a": plan_r10a, "r10b": plan_r10b, "r10": plan_r10, "r11": plan_r11, "r12": plan_r12,
+                "r12m": plan_r12m, "r12s": plan_r12s, "r13h": plan_r13h})
 
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, signal.default_int_handler)
