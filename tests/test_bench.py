@@ -192,3 +192,18 @@ def test_a_burst_after_a_late_first_token_is_named():
     steady = bench.build_result(opts, "m", _runs_from(data / "static5" / "transition-r0.json", 64), [])
     assert not [w for w in steady["warnings"] if "burst" in w]
     assert bench.burst_warnings(_runs_from(data / "policy" / "transition-r0.json", 8)[1:]) == []
+
+
+def test_round_12s_one_stream_ladder_is_named_partial():
+    """The recorded H100 ladder (docs/data/h100-2026-12-06-r12s): its one-stream level ran texts
+    1-3 of eight and is named; its 16-stream level sent all eight."""
+    from types import SimpleNamespace
+
+    doc = json.loads((REPO / "docs/data/h100-2026-12-06-r12s/static2/ladder-many.json").read_text())
+    got = {}
+    for lv in doc["levels"]:
+        runs = [SimpleNamespace(requests=[SimpleNamespace(prompt_index=q["prompt_index"]) for q in r["requests"]])
+                for r in lv["bench"]["runs"]]
+        got[lv["concurrency"]] = bench.coverage_warning(8, lv["concurrency"], runs)
+    assert got[16] == []
+    assert got[1] and got[1][0].startswith("the measured requests used 3 of the 8 prompts (index 1, 2, 3)")
