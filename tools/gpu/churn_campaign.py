@@ -297,7 +297,7 @@ def plan_r12s(out: Path) -> dict[str, Any]:
     return statics
 
 
-R13H = {"rates": [2, 8, 16, 16, 8], "deadline": 1500}
+R13H = {"rates": [2, 8, 16, 16, 8], "deadline": 1330}
 
 
 def plan_r13h(out: Path) -> dict[str, Any]:
@@ -331,6 +331,43 @@ def plan_r13h(out: Path) -> dict[str, Any]:
     return started
 
 
+R13A = {"rates": [16, 16, 16, 16], "deadline": 520}
+
+
+def plan_r13a(out: Path) -> dict[str, Any]:
+    """Round 11's 8B loss at 16 req/s alone, in ONE call on any one card (2026-12-06: no H200, 16
+    minutes of device time left): static 5 and the policy on round 4's table (one state, 5: the
+    same step count, plus the policy's hooks), warmed, then four 16 req/s runs each, the order
+    reversed each time (ABBAABBA), so host drift lands on both sides alike. ``bg.sh r13a 590
+    --hard-stop 580``."""
+    fresh_work()
+    S.build({"8bp": V.P08P}, out)
+    tr = V.traffic("8bp", out, 400)
+    gs = [g for g in groups(out) if g["name"] in ("static5", "policy")]
+    started, names = start_warm(gs, out, 31000, tr, first_alone=True)
+    rounds(names, tr, out, R13A["rates"], R13A["deadline"], flip=False)
+    V.scrape_all(names, out, "r13a")
+    return started
+
+
+def plan_r13t(out: Path) -> dict[str, Any]:
+    """The /generate twin alternated on one warm static-5 server (ours, bench_serving, ours,
+    bench_serving at 8 req/s, 100 requests each after a cache flush), in ONE short call on any one
+    card: round 11's ITL p50 gap (5.5 %) came with a server drift between the two clients.
+    ``run.sh python3 tools/gpu/churn_campaign.py --plan r13t --out $OUT --hard-stop 300``."""
+    fresh_work()
+    S.build({"8bp": V.P08P}, out)
+    tr = V.traffic("8bp", out, 400)
+    gs = [g for g in groups(out) if g["name"] == "static5"]
+    started, names = start_warm(gs, out, 31000, tr, first_alone=True)
+    s5 = dict(names).get("static5")
+    if s5 is not None and s5.is_running():
+        for k in range(2):
+            twin(s5, C.WORK / "8bp" / "target", tr, out / f"twin{k}", r=8,
+                 only=("ours-generate", "bench_serving-generate"))
+    return started
+
+
 def plan_r12(out: Path) -> dict[str, Any]:
     """Round 11's open rows, one background run (``bg.sh r12``). MoE first: the policy on the table
     ``calibrate`` moved to round 11's traffic (scan-moe-served.json: round 8's scan + round 11's
@@ -354,7 +391,8 @@ def plan_r12(out: Path) -> dict[str, Any]:
 
 
 S.PLANS.update({"r10a": plan_r10a, "r10b": plan_r10b, "r10": plan_r10, "r11": plan_r11, "r12": plan_r12,
-                "r12m": plan_r12m, "r12s": plan_r12s, "r13h": plan_r13h})
+                "r12m": plan_r12m, "r12s": plan_r12s, "r13h": plan_r13h,
+                "r13a": plan_r13a, "r13t": plan_r13t})
 
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, signal.default_int_handler)

@@ -1,0 +1,148 @@
+"""Repeated open-loop runs pooled per configuration (``compare --repeats``).
+
+One open-loop run per server cannot tell a configuration from a stretch of host noise: on the lent
+GPUs one run in eight lost 4-8 % to slower prefills while its steady cycles were unchanged
+(docs/gpu-results.md, rounds 11 and 13). The fix is to alternate the contenders (A B, B A, ...) and
+read them pooled: per (label, request rate) the mean of each figure over its runs with a 95 %
+Student-t interval, and against the baseline the runs paired by order (run i of a configuration
+with run i of the baseline: in an alternated schedule they ran next to each other), the mean of
+the paired ratios with its own interval. A paired interval that holds 0 means "not told apart".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from .accounting import t975
+
+# (row key, the summary's field, the percentile inside it or None): the figures pooled per group
+FIGURES = (("request_throughput", "request_throughput", None),
+           ("output_throughput", "output_throughput", None),
+           ("request_goodput", "goodput", "request_goodput"),
+           ("itl_p50_ms", "itl_ms", "p50"), ("itl_p99_ms", "itl_ms", "p99"),
+           ("ttft_p99_ms", "ttft_ms", "p99"), ("accept_length", "accept_length", None))
+PAIRED = ("output_throughput",)  # paired by run, with an interval
+RATIO = ("request_goodput", "itl_p99_ms")  # the ratio of the means: a goodput near 0 in one run
+# would swing a mean of per-run ratios
+
+
+def mean_interval(xs: Sequence[float]) -> tuple[float, float | None, float | None]:
+    """Mean and its 95 % Student-t interval (None, None with fewer than two values)."""
+    n = len(xs)
+    m = sum(xs) / n
+    if n < 2:
+        return m, None, None
+    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1))
+    h = t975(n - 1) * sd / math.sqrt(n)
+    return m, m - h, m + h
+
+
+def _figure(summary: dict[str, Any], field: str, sub: str | None) -> float | None:
+    v = summary.get(field)
+    if sub is not None:
+        v = v.get(sub) if isinstance(v, dict) else None
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _pooled(vals: list[float | None]) -> dict[str, float | None]:
+    xs = [v for v in vals if v is not None]
+    if not xs:
+        return {"mean": None, "lo": None, "hi": None}
+    m, lo, hi = mean_interval(xs)
+    return {"mean": m, "lo": lo, "hi": hi}
+
+
+def groups(docs: list[dict[str, Any]]) -> dict[tuple[str, Any], list[dict[str, Any]]]:
+    """(label, request rate) -> the summaries of that label at that rate, in file order."""
+    out: dict[tuple[str, Any], list[dict[str, Any]]] = {}
+    for d in docs:
+        for e in d["rates"]:
+            out.setdefault((str(d.get("label")), e["request_rate"]), []).append(e["summary"])
+    return out
+
+
+def has_repeats(docs: list[dict[str, Any]]) -> bool:
+    return any(len(v) > 1 for v in groups(docs).values())
+
+
+def _row(rate: Any, label: str, runs: list[dict[str, Any]], base: list[dict[str, Any]] | None,
+         is_base: bool) -> dict[str, Any]:
+    row: dict[str, Any] = {"request_rate": rate, "config": label, "runs": len(runs), "is_baseline": is_base}
+    for key, field, sub in FIGURES:
+        row[key] = _pooled([_figure(s, field, sub) for s in runs])
+    for key, field, sub in FIGURES:
+        if key not in PAIRED and key not in RATIO:
+            continue
+        row[f"{key}_vs_baseline_pct"] = None
+        if base is None or is_base:
+            continue
+        if key in PAIRED:  # run i against the baseline's run i; extra runs of either side stay unpaired
+            pairs = [(_figure(a, field, sub), _figure(b, field, sub)) for a, b in zip(runs, base, strict=False)]
+            ratios = [(a / b - 1.0) * 100.0 for a, b in pairs if a is not None and b]
+            row[f"{key}_vs_baseline_pct"] = _pooled(ratios) | {"pairs": len(ratios)}
+        else:
+            b = _pooled([_figure(s, field, sub) for s in base])["mean"]
+            m = row[key]["mean"]
+            row[f"{key}_vs_baseline_pct"] = None if m is None or not b else {"mean": (m / b - 1.0) * 100.0}
+    return row
+
+
+def repeat_rows(docs: list[dict[str, Any]], base_label: str) -> list[dict[str, Any]]:
+    """One row per (request rate, label): runs, each figure's mean [95 %], and against the
+    baseline label at the same rate: output tok/s paired by run (mean of the ratios [95 %]),
+    goodput and ITL p99 as the ratio of the means, in percent."""
+    gs = groups(docs)
+    rates = sorted({r for _, r in gs}, key=lambda r: float("inf") if r == "inf" else r)
+    labels = list(dict.fromkeys(lbl for lbl, _ in gs))
+    return [_row(rate, lbl, gs[(lbl, rate)], gs.get((base_label, rate)), lbl == base_label)
+            for rate in rates for lbl in labels if (lbl, rate) in gs]
+
+
+def _iv(f: dict[str, Any] | None, nd: int = 1, pct: bool = False) -> str:
+    if not f or f.get("mean") is None:
+        return "-"
+    fmt = (lambda x: f"{x:+.{nd}f}") if pct else (lambda x: f"{x:.{nd}f}")
+    body = fmt(f["mean"]) + ("%" if pct else "")
+    if f.get("lo") is not None:
+        body += f" [{fmt(f['lo'])}, {fmt(f['hi'])}]"
+    return body
+
+
+HEAD = ("rate /s", "config", "runs", "req/s", "out tok/s [95 %]", "vs base, paired [95 %]",
+        "goodput req/s", "vs base", "ITL p50 / p99 ms", "ITL p99 vs base", "TTFT p99 ms", "accept len")
+
+
+def cells(rows: list[dict[str, Any]]) -> list[list[str]]:
+    from ..documents.serving_doc import rate_label
+    from ..documents.text import clean
+
+    def vs(r: dict[str, Any], key: str, interval: bool) -> str:
+        if r["is_baseline"]:
+            return "—"
+        f = r[f"{key}_vs_baseline_pct"]
+        if not interval and f:
+            f = {"mean": f["mean"]}
+        return _iv(f, 1, pct=True)
+
+    return [[rate_label(r["request_rate"]), clean(r["config"]), str(r["runs"]),
+             _iv({"mean": r["request_throughput"]["mean"]}, 2), _iv(r["output_throughput"]),
+             vs(r, "output_throughput", True), _iv({"mean": r["request_goodput"]["mean"]}, 2),
+             vs(r, "request_goodput", False),
+             f"{_iv({'mean': r['itl_p50_ms']['mean']}, 2)} / {_iv({'mean': r['itl_p99_ms']['mean']}, 2)}",
+             vs(r, "itl_p99_ms", False), _iv({"mean": r["ttft_p99_ms"]["mean"]}, 0),
+             _iv({"mean": r["accept_length"]["mean"]}, 3)]
+            for r in rows]
+
+
+NOTE = ("means over each config's runs at that rate, 95 % Student-t interval over runs; vs base: run i "
+        "paired with the baseline's run i (file order), mean of the paired ratios [95 %]; an interval "
+        "that holds 0 does not tell the two apart; goodput and ITL p99 vs base: ratio of the means")
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    head = "| " + " | ".join(HEAD) + " |"
+    sep = "|" + "|".join(["---"] * 2 + [":-:"] * (len(HEAD) - 2)) + "|"
+    return "\n".join([head, sep] + ["| " + " | ".join(c.replace("|", "\\|") for c in cs) + " |"
+                                    for cs in cells(rows)])

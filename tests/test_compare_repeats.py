@@ -1,0 +1,83 @@
+"""compare --repeats: repeated open-loop runs pooled per label and rate, paired with the baseline's.
+
+The recorded files are real: round 13's eight 16 req/s runs on an H100 (static 5 and the one-state
+policy, alternated A B, B A, A B, B A; docs/gpu-results.md), read through the CLI.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from sglang_eagle3_ext import cli
+from sglang_eagle3_ext.documents import jsonio
+from sglang_eagle3_ext.measure import compare, serving_repeats
+
+REPO = Path(__file__).resolve().parents[1]
+R13A = REPO / "docs/data/h100-2026-12-06-r13/r13a"
+FILES = [str(R13A / n / f"serving-r16-k{k}.json") for n in ("static5", "policy") for k in range(4)]
+
+
+def test_mean_interval_is_student_t():
+    m, lo, hi = serving_repeats.mean_interval([1.0, 2.0, 3.0, 6.0])
+    sd = math.sqrt(((1 - 3) ** 2 + (2 - 3) ** 2 + 0 + (6 - 3) ** 2) / 3)
+    assert m == 3.0 and hi - m == pytest.approx(3.182 * sd / 2, rel=1e-3) and m - lo == pytest.approx(hi - m)
+    assert serving_repeats.mean_interval([5.0]) == (5.0, None, None)
+
+
+def test_recorded_h100_runs_pool_and_pair(capsys):
+    docs = compare.load_serving_set(FILES)
+    assert serving_repeats.has_repeats(docs)
+    rows = serving_repeats.repeat_rows(docs, "static5 rate 16")
+    s5, pol = rows
+    assert (s5["runs"], pol["runs"], s5["is_baseline"], pol["is_baseline"]) == (4, 4, True, False)
+    tok = {n: [compare.load_serving_set([f])[0]["rates"][0]["summary"]["output_throughput"]
+               for f in FILES if f"/{n}/" in f] for n in ("static5", "policy")}
+    assert s5["output_throughput"]["mean"] == pytest.approx(sum(tok["static5"]) / 4)
+    # the slow run is static 5's second (2324.1): paired, the policy is +1.6 % with 0 inside
+    ratios = [(a / b - 1) * 100 for a, b in zip(tok["policy"], tok["static5"], strict=True)]
+    paired = pol["output_throughput_vs_baseline_pct"]
+    assert paired["mean"] == pytest.approx(sum(ratios) / 4) and paired["pairs"] == 4
+    assert paired["lo"] < 0 < paired["hi"] and 1.0 < paired["mean"] < 2.0
+    # goodput and ITL p99: ratio of the means
+    g = pol["request_goodput_vs_baseline_pct"]["mean"]
+    assert g == pytest.approx((pol["request_goodput"]["mean"] / s5["request_goodput"]["mean"] - 1) * 100)
+    assert cli.main(["compare", *FILES, "--repeats", "--markdown"]) == 0
+    text = capsys.readouterr().out
+    assert "| 16 | policy rate 16 | 4 | 11.48 | 2448.7 [" in text and "+1.6% [-2.0, +5.1]" in text
+    # without --repeats: one row per file, and a hint
+    assert cli.main(["compare", *FILES]) == 0
+    assert "--repeats pools their runs" in capsys.readouterr().out
+    assert cli.main(["compare", *FILES, "--repeats", "--json"]) == 0
+    assert [r["runs"] for r in json.loads(capsys.readouterr().out)] == [4, 4]
+
+
+def test_unequal_runs_pair_the_first_ones_and_baseline_flag(tmp_path, capsys):
+    base = json.loads(Path(FILES[0]).read_text())
+    files = []
+    for i, (label, scale) in enumerate([("A", 1.0), ("A", 1.02), ("B", 1.10), ("B", 1.06), ("B", 0.5)]):
+        d = copy.deepcopy(base)
+        d["label"] = label
+        d["rates"][0]["summary"]["output_throughput"] = 1000.0 * scale
+        jsonio.write_json(tmp_path / f"{i}.json", d)
+        files.append(str(tmp_path / f"{i}.json"))
+    rows = serving_repeats.repeat_rows(compare.load_serving_set(files), "A")
+    b = rows[1]["output_throughput_vs_baseline_pct"]
+    assert rows[1]["runs"] == 3 and b["pairs"] == 2
+    assert b["mean"] == pytest.approx(((1.10 - 1) + (1.06 / 1.02 - 1)) / 2 * 100)
+    # --baseline B: A is measured against B
+    assert cli.main(["compare", *files, "--repeats", "--baseline", "B", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["is_baseline"] for r in rows] == [False, True]
+    assert rows[0]["output_throughput_vs_baseline_pct"]["mean"] < 0
+
+
+def test_repeats_refuses_closed_loop_files(tmp_path, capsys):
+    assert cli.main(["compare", str(REPO / "docs/data/h100-2026-12-06-r12s/static2/ladder-many.json"),
+                     "--repeats"]) == 2
+    err = capsys.readouterr().err
+    assert "--repeats pools open-loop results" in err and "Traceback" not in err
