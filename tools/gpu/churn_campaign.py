@@ -31,6 +31,7 @@ with six adaptive states. Two plans, meant to run back to back on one warm machi
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -368,6 +369,52 @@ def plan_r13t(out: Path) -> dict[str, Any]:
     return started
 
 
+R14M = {"rates": [3, 8, 1], "again": [3, 8], "deadline": 1560}
+
+
+def plan_r14m(out: Path) -> dict[str, Any]:
+    """Issue 33's MoE row on ONE card of whichever kind comes, its table measured on that card
+    (round 11's calibrated table is the H200's; an H100 holds one 57 GB MoE server at a time): the
+    scan on the served traffic's own prompts (steps 3-7 at 1, 4 and 8 streams, 512-token answers),
+    then ONE server at a time, each warmed: the policy on that scan, static at the scan's best,
+    SGLang's EMA on its default tiers, each at 3, 8 and 1 req/s; then the policy again at 3 and 8
+    (a drift check: the servers never ran side by side). Three device calls (``bg.sh r14m 560
+    --hard-stop 1640``, ``bg.sh r14m 570``, ``bg.sh r14m 560``)."""
+    fresh_work()
+    S.build({"moep": V.MOEP}, out)
+    tr = V.traffic("moep", out, 400)
+    S.PROMPTS[:] = ["--prompts", str(tr)]
+    d = out / "scan-served"
+    cmd = S.scan_cmd("moep", "3,4,5,6,7", "1,4,8", d, 31100, bs=8, min_cycles=1000, max_tokens=512,
+                     time_limit=240, kv=V.KV_TOKENS["moe"])
+    S.run_cli(cmd, out / "scan-served.txt", timeout=560, env=S.scan_env())
+    S.checkpoint()
+    try:
+        best = int(json.loads((d / "scan.json").read_text())["best"]["overall"]["steps"])
+    except (OSError, ValueError, KeyError, TypeError):
+        C.log("scan-served: no overall best (the scan did not finish): nothing to compare")
+        return {}
+    pol = V.kv(C.group("policy-moe", "moep", "draft", [best], [1, 8]), "moe")
+    pol["launch"]["policy"] = str(d / "scan.json")
+    again = copy.deepcopy(pol)
+    again["name"] = "policy-moe-again"
+    gs = [pol, V.kv(C.group(f"static{best}-moe", "moep", "draft", [best], [1, 8]), "moe"),
+          V.kv(C.group("ema-default-moe", "moep", "draft", [7], [1, 8], extra=["--speculative-adaptive"]), "moe"),
+          again]
+    for g in gs:
+        if time.monotonic() - C.T0 > R14M["deadline"] - 240:
+            C.log(f"deadline: {g['name']} not started")
+            continue
+        now, names = start_warm([g], out, 31100, tr, first_alone=True, rate=8, n=32)
+        rates = R14M["again"] if g is again else R14M["rates"]
+        rounds(names, tr, out, rates, R14M["deadline"], flip=False, shape="moe")
+        V.scrape_all(names, out, "r14m")
+        S.checkpoint()
+        for sv in now.values():
+            sv.stop(grace=3)
+    return {}
+
+
 def plan_r12(out: Path) -> dict[str, Any]:
     """Round 11's open rows, one background run (``bg.sh r12``). MoE first: the policy on the table
     ``calibrate`` moved to round 11's traffic (scan-moe-served.json: round 8's scan + round 11's
@@ -392,7 +439,8 @@ def plan_r12(out: Path) -> dict[str, Any]:
 
 S.PLANS.update({"r10a": plan_r10a, "r10b": plan_r10b, "r10": plan_r10, "r11": plan_r11, "r12": plan_r12,
                 "r12m": plan_r12m, "r12s": plan_r12s, "r13h": plan_r13h,
-                "r13a": plan_r13a, "r13t": plan_r13t})
+                "r13a": plan_r13a, "r13t": plan_r13t,
+                "r14m": plan_r14m})
 
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, signal.default_int_handler)
