@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .accounting import t975
+from .compare import _md
 
 # (row key, the summary's field, the percentile inside it or None): the figures pooled per group
 FIGURES = (("request_throughput", "request_throughput", None),
@@ -144,5 +145,4 @@ NOTE = ("means over each config's runs at that rate, 95 % Student-t interval ove
 def markdown(rows: list[dict[str, Any]]) -> str:
     head = "| " + " | ".join(HEAD) + " |"
     sep = "|" + "|".join(["---"] * 2 + [":-:"] * (len(HEAD) - 2)) + "|"
-    return "\n".join([head, sep] + ["| " + " | ".join(c.replace("|", "\\|") for c in cs) + " |"
-                                    for cs in cells(rows)])
+    return "\n".join([head, sep] + ["| " + " | ".join(_md(cs)) + " |" for cs in cells(rows)])

@@ -67,11 +67,13 @@ def groups(out: Path) -> list[dict[str, Any]]:
 
 
 def open_loop(name: str, url: str, tr: Path, rate: float, out: Path, tag: str, shape: str = "8b") -> None:
+    """One open-loop run. The label is the server's name alone (the rate is in the document), so
+    ``compare --repeats`` finds the baseline's runs at every rate."""
     (out / name).mkdir(parents=True, exist_ok=True)
     f = out / name / f"serving-r{rate:g}-{tag}.json"
     C.run([*C.CLI, "bench", "--url", url, "--prompts", str(tr), "--request-rate", f"{rate:g}",
            "--duration", str(V.DURATION[shape]), "--seed", str(V.SEED), "--ignore-eos", "--flush-cache",
-           "--slo", V.SLO[shape], "--label", f"{name} rate {rate:g}", "--out", str(f)], f.with_suffix(".txt"),
+           "--slo", V.SLO[shape], "--label", name, "--out", str(f)], f.with_suffix(".txt"),
           timeout=V.DURATION[shape] + 90)
 
 
@@ -415,6 +417,26 @@ def plan_r14m(out: Path) -> dict[str, Any]:
     return {}
 
 
+R14A = {"rates": [8, 8, 2, 2, 8, 8], "deadline": 840}
+
+
+def plan_r14a(out: Path) -> dict[str, Any]:
+    """Issue 33's 8B row at 8 and 2 req/s with repeats (round 11 ran one run a server there; round
+    13 showed one run cannot tell a configuration from a slow-prefill stretch): static 5, static 4
+    (round 11's best on goodput at 8 req/s), the policy on round 4's table and SGLang's EMA on its
+    default tiers, warmed, each at 8, 8, 2, 2, 8, 8 req/s, the order reversed every round; read
+    with ``compare --repeats``. Two device calls (``bg.sh r14a 560 --hard-stop 900``, then
+    ``bg.sh r14a 400``)."""
+    fresh_work()
+    S.build({"8bp": V.P08P}, out)
+    tr = V.traffic("8bp", out, 400)
+    gs = [g for g in groups(out) if g["name"] in ("static5", "static4", "policy", "ema-default")]
+    started, names = start_warm(gs, out, 31000, tr, first_alone=True)
+    rounds(names, tr, out, R14A["rates"], R14A["deadline"], flip=False)
+    V.scrape_all(names, out, "r14a")
+    return started
+
+
 def plan_r12(out: Path) -> dict[str, Any]:
     """Round 11's open rows, one background run (``bg.sh r12``). MoE first: the policy on the table
     ``calibrate`` moved to round 11's traffic (scan-moe-served.json: round 8's scan + round 11's
@@ -440,7 +462,7 @@ def plan_r12(out: Path) -> dict[str, Any]:
 S.PLANS.update({"r10a": plan_r10a, "r10b": plan_r10b, "r10": plan_r10, "r11": plan_r11, "r12": plan_r12,
                 "r12m": plan_r12m, "r12s": plan_r12s, "r13h": plan_r13h,
                 "r13a": plan_r13a, "r13t": plan_r13t,
-                "r14m": plan_r14m})
+                "r14m": plan_r14m, "r14a": plan_r14a})
 
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, signal.default_int_handler)
