@@ -74,7 +74,7 @@ def _row(rate: Any, label: str, runs: list[dict[str, Any]], base: list[dict[str,
     for key, field, sub in FIGURES:
         row[key] = _pooled([_figure(s, field, sub) for s in runs])
     for key, field, sub in FIGURES:
-        if key not in PAIRED and key not in RATIO:
+        if key not in PAIRED + RATIO:
             continue
         row[f"{key}_vs_baseline_pct"] = None
         if base is None or is_base:
@@ -119,20 +119,15 @@ def cells(rows: list[dict[str, Any]]) -> list[list[str]]:
     from ..documents.serving_doc import rate_label
     from ..documents.text import clean
 
-    def vs(r: dict[str, Any], key: str, interval: bool) -> str:
-        if r["is_baseline"]:
-            return "—"
-        f = r[f"{key}_vs_baseline_pct"]
-        if not interval and f:
-            f = {"mean": f["mean"]}
-        return _iv(f, 1, pct=True)
+    def vs(r: dict[str, Any], key: str) -> str:  # paired keys carry an interval, ratio keys a mean
+        return "—" if r["is_baseline"] else _iv(r[f"{key}_vs_baseline_pct"], 1, pct=True)
 
     return [[rate_label(r["request_rate"]), clean(r["config"]), str(r["runs"]),
              _iv({"mean": r["request_throughput"]["mean"]}, 2), _iv(r["output_throughput"]),
-             vs(r, "output_throughput", True), _iv({"mean": r["request_goodput"]["mean"]}, 2),
-             vs(r, "request_goodput", False),
+             vs(r, "output_throughput"), _iv({"mean": r["request_goodput"]["mean"]}, 2),
+             vs(r, "request_goodput"),
              f"{_iv({'mean': r['itl_p50_ms']['mean']}, 2)} / {_iv({'mean': r['itl_p99_ms']['mean']}, 2)}",
-             vs(r, "itl_p99_ms", False), _iv({"mean": r["ttft_p99_ms"]["mean"]}, 0),
+             vs(r, "itl_p99_ms"), _iv({"mean": r["ttft_p99_ms"]["mean"]}, 0),
              _iv({"mean": r["accept_length"]["mean"]}, 3)]
             for r in rows]
 

@@ -300,6 +300,27 @@ def plan_r12s(out: Path) -> dict[str, Any]:
     return statics
 
 
+def scan_served(out: Path, build: str, build_args: list[str], steps: str, conc: str, *, bs: int,
+                min_cycles: int, shape: str, timeout: int) -> tuple[Path, Path, int] | None:
+    """A clean work folder, the build and its traffic, then the scan on the traffic's own prompts
+    (512-token answers, so verify reads contexts like the served ones): (traffic file, scan
+    folder, the scan's overall best step count), or None when the scan did not finish."""
+    fresh_work()
+    S.build({build: build_args}, out)
+    tr = V.traffic(build, out, 400)
+    S.PROMPTS[:] = ["--prompts", str(tr)]
+    d = out / "scan-served"
+    cmd = S.scan_cmd(build, steps, conc, d, 31100, bs=bs, min_cycles=min_cycles, max_tokens=512,
+                     time_limit=240, kv=V.KV_TOKENS[shape])
+    S.run_cli(cmd, out / "scan-served.txt", timeout=timeout, env=S.scan_env())
+    S.checkpoint()
+    try:
+        return tr, d, int(json.loads((d / "scan.json").read_text())["best"]["overall"]["steps"])
+    except (OSError, ValueError, KeyError, TypeError):
+        C.log("scan-served: no overall best (the scan did not finish): nothing to compare")
+        return None
+
+
 R13H = {"rates": [2, 8, 16, 16, 8], "deadline": 1330}
 
 
@@ -310,20 +331,11 @@ def plan_r13h(out: Path) -> dict[str, Any]:
     ones), then the policy on that scan, static at the scan's overall best and SGLang's EMA on its
     default tiers, warmed, at 2, 8, 16, 16 and 8 req/s, the order reversed each time. Two device
     calls (``bg.sh r13h 560 --hard-stop 1700``, then ``bg.sh r13h 570``)."""
-    fresh_work()
-    S.build({"8bp": V.P08P}, out)
-    tr = V.traffic("8bp", out, 400)
-    S.PROMPTS[:] = ["--prompts", str(tr)]
-    d = out / "scan-served"
-    cmd = S.scan_cmd("8bp", "3,4,5,6", "1,4,8,16", d, 31100, bs=16, min_cycles=1500, max_tokens=512,
-                     time_limit=240, kv=V.KV_TOKENS["8b"])
-    S.run_cli(cmd, out / "scan-served.txt", timeout=540, env=S.scan_env())
-    S.checkpoint()
-    try:
-        best = int(json.loads((d / "scan.json").read_text())["best"]["overall"]["steps"])
-    except (OSError, ValueError, KeyError, TypeError):
-        C.log("scan-served: no overall best (the scan did not finish): nothing to compare")
+    served = scan_served(out, "8bp", V.P08P, "3,4,5,6", "1,4,8,16", bs=16, min_cycles=1500, shape="8b",
+                         timeout=540)
+    if served is None:
         return {}
+    tr, d, best = served
     pol = V.kv(C.group("policy", "8bp", "draft", [best], V.LOADS), "8b")
     pol["launch"]["policy"] = str(d / "scan.json")
     gs = [V.kv(C.group(f"static{best}", "8bp", "draft", [best], V.LOADS), "8b"), pol,
@@ -382,20 +394,11 @@ def plan_r14m(out: Path) -> dict[str, Any]:
     SGLang's EMA on its default tiers, each at 3, 8 and 1 req/s; then the policy again at 3 and 8
     (a drift check: the servers never ran side by side). Three device calls (``bg.sh r14m 560
     --hard-stop 1640``, ``bg.sh r14m 570``, ``bg.sh r14m 560``)."""
-    fresh_work()
-    S.build({"moep": V.MOEP}, out)
-    tr = V.traffic("moep", out, 400)
-    S.PROMPTS[:] = ["--prompts", str(tr)]
-    d = out / "scan-served"
-    cmd = S.scan_cmd("moep", "3,4,5,6,7", "1,4,8", d, 31100, bs=8, min_cycles=1000, max_tokens=512,
-                     time_limit=240, kv=V.KV_TOKENS["moe"])
-    S.run_cli(cmd, out / "scan-served.txt", timeout=560, env=S.scan_env())
-    S.checkpoint()
-    try:
-        best = int(json.loads((d / "scan.json").read_text())["best"]["overall"]["steps"])
-    except (OSError, ValueError, KeyError, TypeError):
-        C.log("scan-served: no overall best (the scan did not finish): nothing to compare")
+    served = scan_served(out, "moep", V.MOEP, "3,4,5,6,7", "1,4,8", bs=8, min_cycles=1000, shape="moe",
+                         timeout=560)
+    if served is None:
         return {}
+    tr, d, best = served
     pol = V.kv(C.group("policy-moe", "moep", "draft", [best], [1, 8]), "moe")
     pol["launch"]["policy"] = str(d / "scan.json")
     again = copy.deepcopy(pol)
