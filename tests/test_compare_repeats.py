@@ -81,3 +81,21 @@ def test_repeats_refuses_closed_loop_files(tmp_path, capsys):
                      "--repeats"]) == 2
     err = capsys.readouterr().err
     assert "--repeats pools open-loop results" in err and "Traceback" not in err
+
+
+def test_recorded_h100_two_rates_exclude_zero(capsys):
+    """Round 14 (docs/gpu-results.md): static 5 and static 4 alternated at 8, 8, 2, 2, 8, 8 req/s.
+    Each rate pools its own runs (4 at 8, 2 at 2), and here the paired interval leaves zero out:
+    static 4 is slower at both rates."""
+    r14a = REPO / "docs/data/h100-2026-12-06-r14/r14a"
+    files = [str(p) for n in ("static5", "static4") for p in sorted((r14a / n).glob("serving-r*-k*.json"))]
+    rows = serving_repeats.repeat_rows(compare.load_serving_set(files), "static5")
+    by = {(r["config"], r["request_rate"]): r for r in rows}
+    assert {k: r["runs"] for k, r in by.items()} == {("static5", 8.0): 4, ("static4", 8.0): 4,
+                                                     ("static5", 2.0): 2, ("static4", 2.0): 2}
+    assert by[("static5", 2.0)]["is_baseline"] and by[("static5", 8.0)]["is_baseline"]
+    for rate in (8.0, 2.0):
+        p = by[("static4", rate)]["output_throughput_vs_baseline_pct"]
+        assert p["hi"] < 0 and -1.0 < p["mean"] < -0.5
+    assert cli.main(["compare", *files, "--repeats", "--markdown"]) == 0
+    assert "-0.8% [-1.5, -0.2]" in capsys.readouterr().out

@@ -429,7 +429,9 @@ def plan_r14a(out: Path) -> dict[str, Any]:
     (round 11's best on goodput at 8 req/s), the policy on round 4's table and SGLang's EMA on its
     default tiers, warmed, each at 8, 8, 2, 2, 8, 8 req/s, the order reversed every round; read
     with ``compare --repeats``. Two device calls (``bg.sh r14a 560 --hard-stop 900``, then
-    ``bg.sh r14a 400``)."""
+    ``bg.sh r14a 400``). Needs an H200: on an H100 (round 14) each 8B server took ~21 GB and the
+    third and fourth died out of memory at start, so only static 5 and static 4 ran (``r14b`` is
+    the other half, two servers)."""
     fresh_work()
     S.build({"8bp": V.P08P}, out)
     tr = V.traffic("8bp", out, 400)
@@ -437,6 +439,25 @@ def plan_r14a(out: Path) -> dict[str, Any]:
     started, names = start_warm(gs, out, 31000, tr, first_alone=True)
     rounds(names, tr, out, R14A["rates"], R14A["deadline"], flip=False)
     V.scrape_all(names, out, "r14a")
+    return started
+
+
+R14B = {"rates": [8, 8, 2], "deadline": 305}
+
+
+def plan_r14b(out: Path) -> dict[str, Any]:
+    """r14a's missing half in ONE call on an H100 (r14a's four 8B servers did not fit its 80 GB:
+    two died out of memory at start): static 5 (r14a's best static at 8 and 2 req/s) and the
+    policy on round 4's table, warmed, at 8, 8 and 2 req/s, the order reversed every round (what
+    7.5 minutes of device time hold).
+    ``run.sh python3 tools/gpu/churn_campaign.py --plan r14b --out $OUT --hard-stop 335``."""
+    fresh_work()
+    S.build({"8bp": V.P08P}, out)
+    tr = V.traffic("8bp", out, 400)
+    gs = [g for g in groups(out) if g["name"] in ("static5", "policy")]
+    started, names = start_warm(gs, out, 31000, tr, first_alone=True)
+    rounds(names, tr, out, R14B["rates"], R14B["deadline"], flip=False)
+    V.scrape_all(names, out, "r14b")
     return started
 
 
@@ -465,7 +486,7 @@ def plan_r12(out: Path) -> dict[str, Any]:
 S.PLANS.update({"r10a": plan_r10a, "r10b": plan_r10b, "r10": plan_r10, "r11": plan_r11, "r12": plan_r12,
                 "r12m": plan_r12m, "r12s": plan_r12s, "r13h": plan_r13h,
                 "r13a": plan_r13a, "r13t": plan_r13t,
-                "r14m": plan_r14m, "r14a": plan_r14a})
+                "r14m": plan_r14m, "r14a": plan_r14a, "r14b": plan_r14b})
 
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, signal.default_int_handler)
