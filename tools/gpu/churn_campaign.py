@@ -346,6 +346,20 @@ def plan_r13h(out: Path) -> dict[str, Any]:
     return started
 
 
+def alternated_8b(out: Path, servers: tuple[str, ...], sched: dict[str, Any], tag: str) -> dict[str, Any]:
+    """A clean work folder, the 8B paths build and its traffic, these servers of ``groups`` (the
+    first alone: it warms the JIT cache), warmed, then every rate of ``sched`` with the order
+    reversed every round, scraped."""
+    fresh_work()
+    S.build({"8bp": V.P08P}, out)
+    tr = V.traffic("8bp", out, 400)
+    gs = [g for g in groups(out) if g["name"] in servers]
+    started, names = start_warm(gs, out, 31000, tr, first_alone=True)
+    rounds(names, tr, out, sched["rates"], sched["deadline"], flip=False)
+    V.scrape_all(names, out, tag)
+    return started
+
+
 R13A = {"rates": [16, 16, 16, 16], "deadline": 520}
 
 
@@ -355,14 +369,7 @@ def plan_r13a(out: Path) -> dict[str, Any]:
     same step count, plus the policy's hooks), warmed, then four 16 req/s runs each, the order
     reversed each time (ABBAABBA), so host drift lands on both sides alike. ``bg.sh r13a 590
     --hard-stop 580``."""
-    fresh_work()
-    S.build({"8bp": V.P08P}, out)
-    tr = V.traffic("8bp", out, 400)
-    gs = [g for g in groups(out) if g["name"] in ("static5", "policy")]
-    started, names = start_warm(gs, out, 31000, tr, first_alone=True)
-    rounds(names, tr, out, R13A["rates"], R13A["deadline"], flip=False)
-    V.scrape_all(names, out, "r13a")
-    return started
+    return alternated_8b(out, ("static5", "policy"), R13A, "r13a")
 
 
 def plan_r13t(out: Path) -> dict[str, Any]:
@@ -432,14 +439,7 @@ def plan_r14a(out: Path) -> dict[str, Any]:
     ``bg.sh r14a 400``). Needs an H200: on an H100 (round 14) each 8B server took ~21 GB and the
     third and fourth died out of memory at start, so only static 5 and static 4 ran (``r14b`` is
     the other half, two servers)."""
-    fresh_work()
-    S.build({"8bp": V.P08P}, out)
-    tr = V.traffic("8bp", out, 400)
-    gs = [g for g in groups(out) if g["name"] in ("static5", "static4", "policy", "ema-default")]
-    started, names = start_warm(gs, out, 31000, tr, first_alone=True)
-    rounds(names, tr, out, R14A["rates"], R14A["deadline"], flip=False)
-    V.scrape_all(names, out, "r14a")
-    return started
+    return alternated_8b(out, ("static5", "static4", "policy", "ema-default"), R14A, "r14a")
 
 
 R14B = {"rates": [8, 8, 2], "deadline": 305}
@@ -451,14 +451,7 @@ def plan_r14b(out: Path) -> dict[str, Any]:
     policy on round 4's table, warmed, at 8, 8 and 2 req/s, the order reversed every round (what
     7.5 minutes of device time hold).
     ``run.sh python3 tools/gpu/churn_campaign.py --plan r14b --out $OUT --hard-stop 335``."""
-    fresh_work()
-    S.build({"8bp": V.P08P}, out)
-    tr = V.traffic("8bp", out, 400)
-    gs = [g for g in groups(out) if g["name"] in ("static5", "policy")]
-    started, names = start_warm(gs, out, 31000, tr, first_alone=True)
-    rounds(names, tr, out, R14B["rates"], R14B["deadline"], flip=False)
-    V.scrape_all(names, out, "r14b")
-    return started
+    return alternated_8b(out, ("static5", "policy"), R14B, "r14b")
 
 
 def plan_r12(out: Path) -> dict[str, Any]:
