@@ -442,15 +442,16 @@ def plan_r14a(out: Path) -> dict[str, Any]:
     return alternated_8b(out, ("static5", "static4", "policy", "ema-default"), R14A, "r14a")
 
 
-R14B = {"rates": [8, 8, 2], "deadline": 305}
+R14B = {"rates": [8, 8, 2, 2, 8, 8], "deadline": 520}
 
 
 def plan_r14b(out: Path) -> dict[str, Any]:
     """r14a's missing half in ONE call on an H100 (r14a's four 8B servers did not fit its 80 GB:
     two died out of memory at start): static 5 (r14a's best static at 8 and 2 req/s) and the
-    policy on round 4's table, warmed, at 8, 8 and 2 req/s, the order reversed every round (what
-    7.5 minutes of device time hold).
-    ``run.sh python3 tools/gpu/churn_campaign.py --plan r14b --out $OUT --hard-stop 335``."""
+    policy on round 4's table, warmed (~250 s on a fresh machine), then 8, 8, 2, 2, 8, 8 req/s,
+    the order reversed every round (~34 s a round). Every round is checkpointed, so a smaller
+    ``--hard-stop`` keeps the rounds that finished.
+    ``run.sh python3 tools/gpu/churn_campaign.py --plan r14b --out $OUT --hard-stop 560``."""
     return alternated_8b(out, ("static5", "policy"), R14B, "r14b")
 
 
