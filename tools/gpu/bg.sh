@@ -25,9 +25,16 @@ else
   echo "[bg] $PLAN already started on this machine (pid $(cat "$BG/$PLAN.pid"))"
 fi
 pid=$(cat "$BG/$PLAN.pid")
-while kill -0 "$pid" 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt "$LIMIT" ]; do sleep 3; done
+# each new checkpoint is copied as it lands: a call cut short (the session's device time ran
+# out) still returns the last one
+fetch() {
+  cp "$BG/$PLAN.log" "$OUT/" 2>/dev/null
+  if [ -f "$BG/$PLAN.tar.gz" ] && [ "$BG/$PLAN.tar.gz" -nt "$OUT/$PLAN.tar.gz" ]; then
+    cp "$BG/$PLAN.tar.gz" "$OUT/.$PLAN.tar.gz" && mv "$OUT/.$PLAN.tar.gz" "$OUT/$PLAN.tar.gz"
+  fi
+}
+while kill -0 "$pid" 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt "$LIMIT" ]; do sleep 3; fetch; done
 if kill -0 "$pid" 2>/dev/null; then state=running; else state=finished; fi
-cp "$BG/$PLAN.log" "$OUT/" 2>/dev/null
-[ -f "$BG/$PLAN.tar.gz" ] && cp "$BG/$PLAN.tar.gz" "$OUT/"
+fetch
 echo "[bg] $PLAN $state after $(( $(date +%s) - t0 )) s of this call"
 grep -a "^\[campaign" "$BG/$PLAN.log" | tail -n 60 | cut -c1-240

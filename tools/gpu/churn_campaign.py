@@ -78,8 +78,9 @@ def open_loop(name: str, url: str, tr: Path, rate: float, out: Path, tag: str, s
 
 
 def rounds(names: list[tuple[str, Any]], tr: Path, out: Path, rates: list[float], deadline: float,
-           flip: bool, shape: str = "8b") -> None:
-    """Every server at every rate, the order reversed from one rate to the next."""
+           flip: bool, shape: str = "8b", first: int = 0) -> None:
+    """Every server at every rate, the order reversed from one rate to the next. ``first``: the
+    first run's tag number (a server measured again in a later phase keeps the earlier files)."""
     for i, rate in enumerate(rates):
         order = names if (i % 2 == 0) != flip else names[::-1]
         for name, sv in order:
@@ -87,7 +88,7 @@ def rounds(names: list[tuple[str, Any]], tr: Path, out: Path, rates: list[float]
                 C.log(f"deadline: {name} at {rate:g} req/s not run")
                 continue
             if sv is not None and sv.is_running():
-                open_loop(name, sv.url, tr, rate, out, f"k{i}", shape)
+                open_loop(name, sv.url, tr, rate, out, f"k{first + i}", shape)
         S.checkpoint()
 
 
@@ -260,25 +261,33 @@ R11_DATA = C.REPO / "docs" / "data" / "h200-2026-12-04-r11" / "r11"
 R12 = {"moe_rates": [3, 8, 1, 3, 8], "moe_deadline": 720, "ab_deadline": 1380}
 
 
-def moe_calibrated(out: Path, rates: list[float], deadline: float) -> tuple[dict[str, Any], list[tuple[str, Any]]]:
-    """The MoE policy on the calibrated table beside static 7, warmed, at these rates."""
-    fresh_work()
-    S.build({"moep": V.MOEP}, out)
-    trm = V.traffic("moep", out, 400)
+def moe_cal_groups(out: Path) -> list[dict[str, Any]]:
+    """The MoE policy on round 11's calibrated table, static 7 (round 11's best static at every
+    rate), SGLang's EMA on its default tiers."""
     shutil.copy(R11_DATA / "scan-moe-served.json", out / "scan-moe-served.json")
     pol = V.kv(C.group("policy-cal-moe", "moep", "draft", [7], [1, 8]), "moe")
     pol["launch"]["policy"] = str(out / "scan-moe-served.json")
-    pair = [pol, V.kv(C.group("static7-moe", "moep", "draft", [7], [1, 8]), "moe")]
-    now, names = start_warm(pair, out, 31100, trm, first_alone=True, rate=8, n=32)
+    return [pol, V.kv(C.group("static7-moe", "moep", "draft", [7], [1, 8]), "moe"),
+            V.kv(C.group("ema-default-moe", "moep", "draft", [7], [1, 8], extra=["--speculative-adaptive"]), "moe")]
+
+
+def moe_calibrated(out: Path, rates: list[float], deadline: float
+                   ) -> tuple[dict[str, Any], list[tuple[str, Any]], Path]:
+    """The MoE policy on the calibrated table beside static 7, warmed, at these rates:
+    (started, (name, server) pairs, traffic file)."""
+    fresh_work()
+    S.build({"moep": V.MOEP}, out)
+    trm = V.traffic("moep", out, 400)
+    now, names = start_warm(moe_cal_groups(out)[:2], out, 31100, trm, first_alone=True, rate=8, n=32)
     rounds(names, trm, out, rates, deadline, flip=False, shape="moe")
-    return now, names
+    return now, names, trm
 
 
 def plan_r12m(out: Path) -> dict[str, Any]:
     """r12's MoE half alone, for a session with under 16 minutes of device time (2026-12-06: 15.8
     after two refused starts): the policy on the calibrated table beside static 7 at 3, 8, 1 and
     8 req/s, scraped."""
-    now, names = moe_calibrated(out, [3, 8, 1, 8], 600)
+    now, names, _ = moe_calibrated(out, [3, 8, 1, 8], 600)
     V.scrape_all(names, out, "r12")
     return now
 
@@ -413,18 +422,25 @@ def plan_r14m(out: Path) -> dict[str, Any]:
     gs = [pol, V.kv(C.group(f"static{best}-moe", "moep", "draft", [best], [1, 8]), "moe"),
           V.kv(C.group("ema-default-moe", "moep", "draft", [7], [1, 8], extra=["--speculative-adaptive"]), "moe"),
           again]
+    one_at_a_time(gs, tr, out, R14M["rates"], {again["name"]: R14M["again"]}, R14M["deadline"], "r14m")
+    return {}
+
+
+def one_at_a_time(gs: list[dict[str, Any]], tr: Path, out: Path, rates: list[float],
+                  other: dict[str, list[float]], deadline: float, tag: str) -> None:
+    """Each MoE group's server alone (an H100 holds one 57 GB MoE server): started, warmed, at
+    ``rates`` (``other[name]`` where given), scraped, stopped. None starts within 240 s of the
+    deadline (a start and its warm pass take ~150-240 s)."""
     for g in gs:
-        if time.monotonic() - C.T0 > R14M["deadline"] - 240:
+        if time.monotonic() - C.T0 > deadline - 240:
             C.log(f"deadline: {g['name']} not started")
             continue
         now, names = start_warm([g], out, 31100, tr, first_alone=True, rate=8, n=32)
-        rates = R14M["again"] if g is again else R14M["rates"]
-        rounds(names, tr, out, rates, R14M["deadline"], flip=False, shape="moe")
-        V.scrape_all(names, out, "r14m")
+        rounds(names, tr, out, other.get(g["name"], rates), deadline, flip=False, shape="moe")
+        V.scrape_all(names, out, tag)
         S.checkpoint()
         for sv in now.values():
             sv.stop(grace=3)
-    return {}
 
 
 R14A = {"rates": [8, 8, 2, 2, 8, 8], "deadline": 840}
@@ -455,6 +471,68 @@ def plan_r14b(out: Path) -> dict[str, Any]:
     return alternated_8b(out, ("static5", "policy"), R14B, "r14b")
 
 
+R15 = {"moe_rates": [3, 8, 1, 8], "ema_rates": [3, 8, 1], "b_rates": [8, 8, 2, 2, 8, 8],
+       "moe_deadline": 800, "ema_deadline": 1060, "deadline": 1500}
+
+
+def pair_8b(out: Path, deadline: float, tag: str) -> dict[str, Any]:
+    """Static 5 and the 8B policy (round 4's table: one state, 5) on a built 8B paths folder,
+    warmed, then R15's rates, the order reversed every round; nothing started past the deadline."""
+    if time.monotonic() - C.T0 > deadline - 300:
+        C.log("deadline: the 8B pair not started")
+        return {}
+    tr = V.traffic("8bp", out, 400)
+    gs = [g for g in groups(out) if g["name"] in ("static5", "policy")]
+    started, names = start_warm(gs, out, 31000, tr, first_alone=True)
+    rounds(names, tr, out, R15["b_rates"], deadline, flip=False)
+    V.scrape_all(names, out, tag)
+    return started
+
+
+def plan_r15(out: Path) -> dict[str, Any]:
+    """Issue 33's open rows in ONE background run on an H200 (``bg.sh r15 560 --hard-stop 1560``,
+    then ``bg.sh r15 570`` and ``bg.sh r15 N`` within the warm window; every run checkpointed):
+    the MoE policy on round 11's calibrated table beside static 7 at 3, 8, 1, 8 req/s; static 7
+    stopped and SGLang's EMA on its default tiers started beside the same policy server, at 3, 8, 1;
+    then the 8B shape: static 5 and the policy at 8, 8, 2, 2, 8, 8 (round 14's ``r14b``)."""
+    now, names, trm = moe_calibrated(out, R15["moe_rates"], R15["moe_deadline"])
+    pol = dict(names).get("policy-cal-moe")
+    V.scrape_all(names[1:], out, "r15")
+    for key in [k for k in now if k.startswith("static7-moe")]:
+        now.pop(key).stop(grace=3)
+    pair = names[:1]
+    if pol is not None and pol.is_running() and time.monotonic() - C.T0 < R15["ema_deadline"] - 200:
+        ema = moe_cal_groups(out)[2]
+        got, ename = start_warm([ema], out, 31120, trm, first_alone=False, rate=8, n=32)
+        now.update(got)
+        pair = [*pair, *ename]
+        rounds(pair, trm, out, R15["ema_rates"], R15["ema_deadline"], flip=True, shape="moe",
+               first=len(R15["moe_rates"]))
+    else:
+        C.log("deadline: SGLang's EMA on the MoE not started")
+    next_shape(pair, now, out, "r15", "moep", "8bp", V.P08P)
+    return {**now, **pair_8b(out, R15["deadline"], "r15")}
+
+
+def plan_r15h(out: Path) -> dict[str, Any]:
+    """r15 on an H100 (80 GB: two 8B servers, or ONE 57 GB MoE server, at a time), one background
+    run (``bg.sh r15h 560 --hard-stop 1560``, then ``bg.sh r15h 570`` and ``bg.sh r15h N``): the 8B
+    pair first (static 5 and the policy at 8, 8, 2, 2, 8, 8 req/s), then the MoE one server at a
+    time, each warmed, at 3, 8 and 1 req/s: the policy on round 11's calibrated table (the H200's
+    costs), static 7, SGLang's EMA on its default tiers, then the policy again at 3 and 8 (a drift
+    check: the servers never ran side by side)."""
+    fresh_work()
+    S.build({"8bp": V.P08P}, out)
+    started = pair_8b(out, R15["deadline"] - 600, "r15h")
+    S.checkpoint()
+    tr = next_shape([], started, out, "r15h", "8bp", "moep", V.MOEP)
+    gs = moe_cal_groups(out)
+    again = copy.deepcopy(gs[0])
+    again["name"] = "policy-cal-moe-again"
+    one_at_a_time([*gs, again], tr, out, [3, 8, 1], {again["name"]: [3, 8]}, R15["deadline"], "r15h")
+    return started
+
+
 def plan_r12(out: Path) -> dict[str, Any]:
     """Round 11's open rows, one background run (``bg.sh r12``). MoE first: the policy on the table
     ``calibrate`` moved to round 11's traffic (scan-moe-served.json: round 8's scan + round 11's
@@ -463,7 +541,7 @@ def plan_r12(out: Path) -> dict[str, Any]:
     Then the 8B: static 5 and the policy (one state [5]) warmed; the /generate twin alternated
     (ours, bench_serving, ours, bench_serving at 8 req/s: round 11's +5.5 % ITL gap came with a
     server drift); the two servers ABAB at 16 req/s (round 11's slow-join stretches)."""
-    now, names = moe_calibrated(out, R12["moe_rates"], R12["moe_deadline"])
+    now, names, _ = moe_calibrated(out, R12["moe_rates"], R12["moe_deadline"])
     tr = next_shape(names, now, out, "r12", "moep", "8bp", V.P08P)
     gs = [g for g in groups(out) if g["name"] in ("static5", "policy")]
     started, names = start_warm(gs, out, 31000, tr, first_alone=False)
@@ -480,7 +558,7 @@ def plan_r12(out: Path) -> dict[str, Any]:
 S.PLANS.update({"r10a": plan_r10a, "r10b": plan_r10b, "r10": plan_r10, "r11": plan_r11, "r12": plan_r12,
                 "r12m": plan_r12m, "r12s": plan_r12s, "r13h": plan_r13h,
                 "r13a": plan_r13a, "r13t": plan_r13t,
-                "r14m": plan_r14m, "r14a": plan_r14a, "r14b": plan_r14b})
+                "r14m": plan_r14m, "r14a": plan_r14a, "r14b": plan_r14b, "r15": plan_r15, "r15h": plan_r15h})
 
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, signal.default_int_handler)
