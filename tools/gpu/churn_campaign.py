@@ -430,7 +430,8 @@ def one_at_a_time(gs: list[dict[str, Any]], tr: Path, out: Path, rates: list[flo
                   other: dict[str, list[float]], deadline: float, tag: str) -> None:
     """Each MoE group's server alone (an H100 holds one 57 GB MoE server): started, warmed, at
     ``rates`` (``other[name]`` where given), scraped, stopped. None starts within 240 s of the
-    deadline (a start and its warm pass take ~150-240 s)."""
+    deadline or the hard stop (a start and its warm pass take ~150-240 s)."""
+    deadline = min(deadline, S.HARD_STOP[0] - 10)
     for g in gs:
         if time.monotonic() - C.T0 > deadline - 240:
             C.log(f"deadline: {g['name']} not started")

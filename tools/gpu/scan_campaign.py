@@ -78,6 +78,7 @@ P08 = ["--shape", "llama3-8b", "--acceptance", "0.8"]
 MOE = ["--shape", "moe", "--acceptance", "0.8"]
 
 
+HARD_STOP = [565.0]  # --hard-stop: plans start nothing that could not end before it
 REHEARSE = False  # CPU: reduced shapes, stand-in servers (tests/standins), same plumbing
 SMALL = ["--layers", "4", "--hidden", "256", "--heads", "4", "--kv-heads", "2", "--head-dim", "64",
          "--intermediate", "256", "--vocab", "4096", "--draft-vocab", "1024", "--device", "cpu"]
@@ -592,6 +593,7 @@ def main() -> int:
                     help="moe4b / moe5b: the static step count to run (default: the scan's best at 1 stream)")
     a = ap.parse_args()
     STATIC1[0] = a.static1
+    HARD_STOP[0] = a.hard_stop
     if a.scan is not None:
         SCAN_DIR[0] = a.scan.resolve()
     global REHEARSE
