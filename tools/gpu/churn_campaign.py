@@ -527,11 +527,27 @@ def plan_r15h(out: Path) -> dict[str, Any]:
     started = pair_8b(out, R15["deadline"] - 600, "r15h")
     S.checkpoint()
     tr = next_shape([], started, out, "r15h", "8bp", "moep", V.MOEP)
+    moe_sequential(tr, out, "r15h")
+    return started
+
+
+def moe_sequential(tr: Path, out: Path, tag: str) -> None:
+    """The MoE one server at a time, each warmed, at 3, 8 and 1 req/s: the policy on round 11's
+    calibrated table, static 7, SGLang's EMA on its default tiers, then the policy again at 3 and 8
+    (a drift check: the servers never ran side by side)."""
     gs = moe_cal_groups(out)
     again = copy.deepcopy(gs[0])
     again["name"] = "policy-cal-moe-again"
-    one_at_a_time([*gs, again], tr, out, [3, 8, 1], {again["name"]: [3, 8]}, R15["deadline"], "r15h")
-    return started
+    one_at_a_time([*gs, again], tr, out, [3, 8, 1], {again["name"]: [3, 8]}, R15["deadline"], tag)
+
+
+def plan_r15m(out: Path) -> dict[str, Any]:
+    """r15h's MoE half alone, for an H100 session with ~19 minutes of device time (2026-12-06:
+    eleven refused tries first): ``bg.sh r15m 560 --hard-stop 1150``, then ``bg.sh r15m N``."""
+    fresh_work()
+    S.build({"moep": V.MOEP}, out)
+    moe_sequential(V.traffic("moep", out, 400), out, "r15m")
+    return {}
 
 
 def plan_r12(out: Path) -> dict[str, Any]:
@@ -559,7 +575,8 @@ def plan_r12(out: Path) -> dict[str, Any]:
 S.PLANS.update({"r10a": plan_r10a, "r10b": plan_r10b, "r10": plan_r10, "r11": plan_r11, "r12": plan_r12,
                 "r12m": plan_r12m, "r12s": plan_r12s, "r13h": plan_r13h,
                 "r13a": plan_r13a, "r13t": plan_r13t,
-                "r14m": plan_r14m, "r14a": plan_r14a, "r14b": plan_r14b, "r15": plan_r15, "r15h": plan_r15h})
+                "r14m": plan_r14m, "r14a": plan_r14a, "r14b": plan_r14b, "r15": plan_r15, "r15h": plan_r15h,
+                "r15m": plan_r15m})
 
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, signal.default_int_handler)
