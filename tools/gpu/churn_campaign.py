@@ -478,7 +478,9 @@ R15 = {"moe_rates": [3, 8, 1, 8], "ema_rates": [3, 8, 1], "b_rates": [8, 8, 2, 2
 
 def pair_8b(out: Path, deadline: float, tag: str) -> dict[str, Any]:
     """Static 5 and the 8B policy (round 4's table: one state, 5) on a built 8B paths folder,
-    warmed, then R15's rates, the order reversed every round; nothing started past the deadline."""
+    warmed, then R15's rates, the order reversed every round; nothing started past the deadline or
+    the hard stop."""
+    deadline = min(deadline, S.HARD_STOP[0] - 10)
     if time.monotonic() - C.T0 > deadline - 300:
         C.log("deadline: the 8B pair not started")
         return {}
