@@ -504,12 +504,13 @@ def plan_r15(out: Path) -> dict[str, Any]:
     for key in [k for k in now if k.startswith("static7-moe")]:
         now.pop(key).stop(grace=3)
     pair = names[:1]
-    if pol is not None and pol.is_running() and time.monotonic() - C.T0 < R15["ema_deadline"] - 200:
+    ema_by = min(R15["ema_deadline"], S.HARD_STOP[0] - 10)  # EMA's start, warm pass and rounds: ~240 s
+    if pol is not None and pol.is_running() and time.monotonic() - C.T0 < ema_by - 200:
         ema = moe_cal_groups(out)[2]
         got, ename = start_warm([ema], out, 31120, trm, first_alone=False, rate=8, n=32)
         now.update(got)
         pair = [*pair, *ename]
-        rounds(pair, trm, out, R15["ema_rates"], R15["ema_deadline"], flip=True, shape="moe",
+        rounds(pair, trm, out, R15["ema_rates"], ema_by, flip=True, shape="moe",
                first=len(R15["moe_rates"]))
     else:
         C.log("deadline: SGLang's EMA on the MoE not started")
