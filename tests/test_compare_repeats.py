@@ -99,3 +99,20 @@ def test_recorded_h100_two_rates_exclude_zero(capsys):
         assert p["hi"] < 0 and -1.0 < p["mean"] < -0.5
     assert cli.main(["compare", *files, "--repeats", "--markdown"]) == 0
     assert "-0.8% [-1.5, -0.2]" in capsys.readouterr().out
+
+
+def test_recorded_h200_policy_with_static5():
+    """Round 15 (docs/gpu-results.md): static 5 and the 8B policy (one state, 5 steps) alternated
+    at 8, 8, 2, 2, 8, 8 req/s on an H200. The paired interval holds zero at both rates (the two
+    are not told apart), and the policy's ITL p99 stays within issue 33's 5 % of static 5's."""
+    r14b = REPO / "docs/data/h200-2026-12-06-r15/r14b"
+    files = [str(p) for n in ("static5", "policy") for p in sorted((r14b / n).glob("serving-r*-k*.json"))]
+    rows = serving_repeats.repeat_rows(compare.load_serving_set(files), "static5")
+    by = {(r["config"], r["request_rate"]): r for r in rows}
+    assert {k: r["runs"] for k, r in by.items()} == {("static5", 8.0): 4, ("policy", 8.0): 4,
+                                                     ("static5", 2.0): 2, ("policy", 2.0): 2}
+    for rate in (8.0, 2.0):
+        p = by[("policy", rate)]["output_throughput_vs_baseline_pct"]
+        assert p["lo"] <= 0 <= p["hi"] and abs(p["mean"]) < 0.5
+        assert 0 < by[("policy", rate)]["itl_p99_ms_vs_baseline_pct"]["mean"] < 5.0
+        assert abs(by[("policy", rate)]["request_goodput_vs_baseline_pct"]["mean"]) < 1.0
