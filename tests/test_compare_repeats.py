@@ -83,16 +83,22 @@ def test_repeats_refuses_closed_loop_files(tmp_path, capsys):
     assert "--repeats pools open-loop results" in err and "Traceback" not in err
 
 
+def alternated_8_and_2(folder: str, other: str) -> tuple[list[str], dict[tuple[str, float], dict]]:
+    """A recorded static-5-vs-``other`` run at 8, 8, 2, 2, 8, 8 req/s: its files, and its repeat
+    rows by (config, rate), each rate pooling its own runs (4 at 8, 2 at 2)."""
+    files = [str(p) for n in ("static5", other) for p in sorted((REPO / folder / n).glob("serving-r*-k*.json"))]
+    rows = serving_repeats.repeat_rows(compare.load_serving_set(files), "static5")
+    by = {(r["config"], r["request_rate"]): r for r in rows}
+    assert {k: r["runs"] for k, r in by.items()} == {("static5", 8.0): 4, (other, 8.0): 4,
+                                                     ("static5", 2.0): 2, (other, 2.0): 2}
+    return files, by
+
+
 def test_recorded_h100_two_rates_exclude_zero(capsys):
     """Round 14 (docs/gpu-results.md): static 5 and static 4 alternated at 8, 8, 2, 2, 8, 8 req/s.
     Each rate pools its own runs (4 at 8, 2 at 2), and here the paired interval leaves zero out:
     static 4 is slower at both rates."""
-    r14a = REPO / "docs/data/h100-2026-12-06-r14/r14a"
-    files = [str(p) for n in ("static5", "static4") for p in sorted((r14a / n).glob("serving-r*-k*.json"))]
-    rows = serving_repeats.repeat_rows(compare.load_serving_set(files), "static5")
-    by = {(r["config"], r["request_rate"]): r for r in rows}
-    assert {k: r["runs"] for k, r in by.items()} == {("static5", 8.0): 4, ("static4", 8.0): 4,
-                                                     ("static5", 2.0): 2, ("static4", 2.0): 2}
+    files, by = alternated_8_and_2("docs/data/h100-2026-12-06-r14/r14a", "static4")
     assert by[("static5", 2.0)]["is_baseline"] and by[("static5", 8.0)]["is_baseline"]
     for rate in (8.0, 2.0):
         p = by[("static4", rate)]["output_throughput_vs_baseline_pct"]
@@ -105,12 +111,7 @@ def test_recorded_h200_policy_with_static5():
     """Round 15 (docs/gpu-results.md): static 5 and the 8B policy (one state, 5 steps) alternated
     at 8, 8, 2, 2, 8, 8 req/s on an H200. The paired interval holds zero at both rates (the two
     are not told apart), and the policy's ITL p99 stays within issue 33's 5 % of static 5's."""
-    r14b = REPO / "docs/data/h200-2026-12-06-r15/r14b"
-    files = [str(p) for n in ("static5", "policy") for p in sorted((r14b / n).glob("serving-r*-k*.json"))]
-    rows = serving_repeats.repeat_rows(compare.load_serving_set(files), "static5")
-    by = {(r["config"], r["request_rate"]): r for r in rows}
-    assert {k: r["runs"] for k, r in by.items()} == {("static5", 8.0): 4, ("policy", 8.0): 4,
-                                                     ("static5", 2.0): 2, ("policy", 2.0): 2}
+    _, by = alternated_8_and_2("docs/data/h200-2026-12-06-r15/r14b", "policy")
     for rate in (8.0, 2.0):
         p = by[("policy", rate)]["output_throughput_vs_baseline_pct"]
         assert p["lo"] <= 0 <= p["hi"] and abs(p["mean"]) < 0.5
