@@ -361,10 +361,21 @@ def alternated_8b(out: Path, servers: tuple[str, ...], sched: dict[str, Any], ta
     reversed every round, scraped."""
     fresh_work()
     S.build({"8bp": V.P08P}, out)
+    return serve_8b(out, servers, sched["rates"], sched["deadline"], tag)
+
+
+def serve_8b(out: Path, servers: tuple[str, ...], rates: list[float], deadline: float, tag: str) -> dict[str, Any]:
+    """These servers of ``groups`` on a built 8B paths folder (the first alone: it warms the JIT
+    cache), warmed, then every rate with the order reversed every round, scraped. Nothing starts
+    past the deadline or the hard stop (two servers' start and warm pass: up to ~300 s)."""
+    deadline = min(deadline, S.HARD_STOP[0] - 10)
+    if time.monotonic() - C.T0 > deadline - 300:
+        C.log(f"deadline: {', '.join(servers)} not started")
+        return {}
     tr = V.traffic("8bp", out, 400)
     gs = [g for g in groups(out) if g["name"] in servers]
     started, names = start_warm(gs, out, 31000, tr, first_alone=True)
-    rounds(names, tr, out, sched["rates"], sched["deadline"], flip=False)
+    rounds(names, tr, out, rates, deadline, flip=False)
     V.scrape_all(names, out, tag)
     return started
 
@@ -476,22 +487,6 @@ R15 = {"moe_rates": [3, 8, 1, 8], "ema_rates": [3, 8, 1], "b_rates": [8, 8, 2, 2
        "moe_deadline": 800, "ema_deadline": 1060, "deadline": 1500}
 
 
-def pair_8b(out: Path, deadline: float, tag: str) -> dict[str, Any]:
-    """Static 5 and the 8B policy (round 4's table: one state, 5) on a built 8B paths folder,
-    warmed, then R15's rates, the order reversed every round; nothing started past the deadline or
-    the hard stop."""
-    deadline = min(deadline, S.HARD_STOP[0] - 10)
-    if time.monotonic() - C.T0 > deadline - 300:
-        C.log("deadline: the 8B pair not started")
-        return {}
-    tr = V.traffic("8bp", out, 400)
-    gs = [g for g in groups(out) if g["name"] in ("static5", "policy")]
-    started, names = start_warm(gs, out, 31000, tr, first_alone=True)
-    rounds(names, tr, out, R15["b_rates"], deadline, flip=False)
-    V.scrape_all(names, out, tag)
-    return started
-
-
 def plan_r15(out: Path) -> dict[str, Any]:
     """Issue 33's open rows in ONE background run on an H200 (``bg.sh r15 560 --hard-stop 1560``,
     then ``bg.sh r15 570`` and ``bg.sh r15 N`` within the warm window; every run checkpointed):
@@ -515,7 +510,7 @@ def plan_r15(out: Path) -> dict[str, Any]:
     else:
         C.log("deadline: SGLang's EMA on the MoE not started")
     next_shape(pair, now, out, "r15", "moep", "8bp", V.P08P)
-    return {**now, **pair_8b(out, R15["deadline"], "r15")}
+    return {**now, **serve_8b(out, ("static5", "policy"), R15["b_rates"], R15["deadline"], "r15")}
 
 
 def plan_r15h(out: Path) -> dict[str, Any]:
@@ -527,7 +522,7 @@ def plan_r15h(out: Path) -> dict[str, Any]:
     check: the servers never ran side by side)."""
     fresh_work()
     S.build({"8bp": V.P08P}, out)
-    started = pair_8b(out, R15["deadline"] - 600, "r15h")
+    started = serve_8b(out, ("static5", "policy"), R15["b_rates"], R15["deadline"] - 600, "r15h")
     S.checkpoint()
     tr = next_shape([], started, out, "r15h", "8bp", "moep", V.MOEP)
     moe_sequential(tr, out, "r15h")
