@@ -368,7 +368,7 @@ def serve_8b(out: Path, servers: tuple[str, ...], rates: list[float], deadline: 
     """These servers of ``groups`` on a built 8B paths folder (the first alone: it warms the JIT
     cache), warmed, then every rate with the order reversed every round, scraped. Nothing starts
     past the deadline or the hard stop (two servers' start and warm pass: up to ~300 s)."""
-    deadline = min(deadline, S.HARD_STOP[0] - 10)
+    deadline = S.by(deadline)
     if time.monotonic() - C.T0 > deadline - 300:
         C.log(f"deadline: {', '.join(servers)} not started")
         return {}
@@ -442,7 +442,7 @@ def one_at_a_time(gs: list[dict[str, Any]], tr: Path, out: Path, rates: list[flo
     """Each MoE group's server alone (an H100 holds one 57 GB MoE server): started, warmed, at
     ``rates`` (``other[name]`` where given), scraped, stopped. None starts within 240 s of the
     deadline or the hard stop (a start and its warm pass take ~150-240 s)."""
-    deadline = min(deadline, S.HARD_STOP[0] - 10)
+    deadline = S.by(deadline)
     for g in gs:
         if time.monotonic() - C.T0 > deadline - 240:
             C.log(f"deadline: {g['name']} not started")
@@ -499,7 +499,7 @@ def plan_r15(out: Path) -> dict[str, Any]:
     for key in [k for k in now if k.startswith("static7-moe")]:
         now.pop(key).stop(grace=3)
     pair = names[:1]
-    ema_by = min(R15["ema_deadline"], S.HARD_STOP[0] - 10)  # EMA's start, warm pass and rounds: ~240 s
+    ema_by = S.by(R15["ema_deadline"])  # EMA's start, warm pass and rounds: ~240 s
     if pol is not None and pol.is_running() and time.monotonic() - C.T0 < ema_by - 200:
         ema = moe_cal_groups(out)[2]
         got, ename = start_warm([ema], out, 31120, trm, first_alone=False, rate=8, n=32)
@@ -523,7 +523,6 @@ def plan_r15h(out: Path) -> dict[str, Any]:
     fresh_work()
     S.build({"8bp": V.P08P}, out)
     started = serve_8b(out, ("static5", "policy"), R15["b_rates"], R15["deadline"] - 600, "r15h")
-    S.checkpoint()
     tr = next_shape([], started, out, "r15h", "8bp", "moep", V.MOEP)
     moe_sequential(tr, out, "r15h")
     return started

@@ -79,6 +79,12 @@ MOE = ["--shape", "moe", "--acceptance", "0.8"]
 
 
 HARD_STOP = [565.0]  # --hard-stop: plans start nothing that could not end before it
+
+
+def by(deadline: float) -> float:
+    """A plan's deadline, no later than 10 s before the hard stop (its last checkpoint's margin)."""
+    return min(deadline, HARD_STOP[0] - 10)
+
 REHEARSE = False  # CPU: reduced shapes, stand-in servers (tests/standins), same plumbing
 SMALL = ["--layers", "4", "--hidden", "256", "--heads", "4", "--kv-heads", "2", "--head-dim", "64",
          "--intermediate", "256", "--vocab", "4096", "--draft-vocab", "1024", "--device", "cpu"]
