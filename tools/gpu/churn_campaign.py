@@ -547,6 +547,23 @@ def plan_r15m(out: Path) -> dict[str, Any]:
     return {}
 
 
+def plan_r16(out: Path) -> dict[str, Any]:
+    """Issue 33's MoE row in the least device time (2026-12-07: ~12 minutes left after eight
+    refused tries): the policy on round 11's calibrated table beside static 7 on an H200 (the
+    pair needs >80 GB), warmed, at 1, 3 and 8 req/s (the cheap rates first: 8 req/s takes ~70 s
+    for the pair), scraped after each rate so a hard stop keeps the switch counters.
+    ``bg.sh r16 560 --hard-stop 560`` with ``needs_h200``."""
+    fresh_work()
+    S.build({"moep": V.MOEP}, out)
+    trm = V.traffic("moep", out, 400)
+    now, names = start_warm(moe_cal_groups(out)[:2], out, 31100, trm, first_alone=True, rate=8, n=16)
+    for i, rate in enumerate([1, 3, 8]):
+        rounds(names, trm, out, [rate], S.by(10_000), flip=i % 2 == 1, shape="moe", first=i)
+        V.scrape_all(names, out, f"r16-{rate}")
+        S.checkpoint()
+    return now
+
+
 def plan_r12(out: Path) -> dict[str, Any]:
     """Round 11's open rows, one background run (``bg.sh r12``). MoE first: the policy on the table
     ``calibrate`` moved to round 11's traffic (scan-moe-served.json: round 8's scan + round 11's
@@ -573,7 +590,7 @@ S.PLANS.update({"r10a": plan_r10a, "r10b": plan_r10b, "r10": plan_r10, "r11": pl
                 "r12m": plan_r12m, "r12s": plan_r12s, "r13h": plan_r13h,
                 "r13a": plan_r13a, "r13t": plan_r13t,
                 "r14m": plan_r14m, "r14a": plan_r14a, "r14b": plan_r14b, "r15": plan_r15, "r15h": plan_r15h,
-                "r15m": plan_r15m})
+                "r15m": plan_r15m, "r16": plan_r16})
 
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, signal.default_int_handler)
