@@ -550,14 +550,15 @@ def plan_r15m(out: Path) -> dict[str, Any]:
 def plan_r16(out: Path) -> dict[str, Any]:
     """Issue 33's MoE row in the least device time (2026-12-07: ~12 minutes left after eight
     refused tries): the policy on round 11's calibrated table beside static 7 on an H200 (the
-    pair needs >80 GB), warmed, at 1, 3 and 8 req/s (the cheap rates first: 8 req/s takes ~70 s
-    for the pair), scraped after each rate so a hard stop keeps the switch counters.
-    ``bg.sh r16 560 --hard-stop 560`` with ``needs_h200``."""
+    pair needs >80 GB), warmed, at 8, 3 and 1 req/s (8 first: near saturation is where the
+    policy's table leaves 7 steps; ~70 s for the pair there, ~35 s at 3 and 1), scraped after
+    each rate so a hard stop keeps the switch counters.
+    ``bg.sh r16 575 --hard-stop 470`` with ``needs_h200``."""
     fresh_work()
     S.build({"moep": V.MOEP}, out)
     trm = V.traffic("moep", out, 400)
     now, names = start_warm(moe_cal_groups(out)[:2], out, 31100, trm, first_alone=True, rate=8, n=16)
-    for i, rate in enumerate([1, 3, 8]):
+    for i, rate in enumerate([8, 3, 1]):
         rounds(names, trm, out, [rate], S.by(10_000), flip=i % 2 == 1, shape="moe", first=i)
         V.scrape_all(names, out, f"r16-{rate}")
         S.checkpoint()
