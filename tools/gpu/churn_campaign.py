@@ -565,6 +565,18 @@ def plan_r16(out: Path) -> dict[str, Any]:
     return now
 
 
+R16B = {"rates": [16, 8, 2, 16, 8, 2], "deadline": 560}
+
+
+def plan_r16b(out: Path) -> dict[str, Any]:
+    """The 8B policy (round 4's table: one state, 5 steps) beside SGLang's EMA on its default tiers,
+    warmed, at 16, 8, 2, 16, 8, 2 req/s, the order reversed every round, for ~6 minutes of device
+    time on any one card (2026-12-07: ten refused tries left too little for r16's MoE pair). Round
+    11 compared the two in one run a rate only (at 16 req/s: throughput +3 %, goodput 0.62 vs
+    0.65). ``bg.sh r16b 575 --hard-stop 380``."""
+    return alternated_8b(out, ("policy", "ema-default"), R16B, "r16b")
+
+
 def plan_r12(out: Path) -> dict[str, Any]:
     """Round 11's open rows, one background run (``bg.sh r12``). MoE first: the policy on the table
     ``calibrate`` moved to round 11's traffic (scan-moe-served.json: round 8's scan + round 11's
@@ -591,7 +603,7 @@ S.PLANS.update({"r10a": plan_r10a, "r10b": plan_r10b, "r10": plan_r10, "r11": pl
                 "r12m": plan_r12m, "r12s": plan_r12s, "r13h": plan_r13h,
                 "r13a": plan_r13a, "r13t": plan_r13t,
                 "r14m": plan_r14m, "r14a": plan_r14a, "r14b": plan_r14b, "r15": plan_r15, "r15h": plan_r15h,
-                "r15m": plan_r15m, "r16": plan_r16})
+                "r15m": plan_r15m, "r16": plan_r16, "r16b": plan_r16b})
 
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, signal.default_int_handler)
