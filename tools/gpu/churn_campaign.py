@@ -554,10 +554,7 @@ def plan_r16(out: Path) -> dict[str, Any]:
     policy's table leaves 7 steps; ~70 s for the pair there, ~35 s at 3 and 1), scraped after
     each rate so a hard stop keeps the switch counters.
     ``bg.sh r16 575 --hard-stop 470`` with ``needs_h200``."""
-    fresh_work()
-    S.build({"moep": V.MOEP}, out)
-    trm = V.traffic("moep", out, 400)
-    now, names = start_warm(moe_cal_groups(out)[:2], out, 31100, trm, first_alone=True, rate=8, n=16)
+    now, names, trm = moe_calibrated(out, [], 0)
     for i, rate in enumerate([8, 3, 1]):
         rounds(names, trm, out, [rate], S.by(10_000), flip=i % 2 == 1, shape="moe", first=i)
         V.scrape_all(names, out, f"r16-{rate}")
@@ -571,7 +568,7 @@ R16B = {"rates": [16, 8, 2, 16, 8, 2], "deadline": 560}
 def plan_r16b(out: Path) -> dict[str, Any]:
     """The 8B policy (round 4's table: one state, 5 steps) beside SGLang's EMA on its default tiers,
     warmed, at 16, 8, 2, 16, 8, 2 req/s, the order reversed every round, for ~6 minutes of device
-    time on any one card (2026-12-07: ten refused tries left too little for r16's MoE pair). Round
+    time on any one card (2026-12-07: refused tries left too little for r16's MoE pair). Round
     11 compared the two in one run a rate only (at 16 req/s: throughput +3 %, goodput 0.62 vs
     0.65). ``bg.sh r16b 575 --hard-stop 380``."""
     return alternated_8b(out, ("policy", "ema-default"), R16B, "r16b")
