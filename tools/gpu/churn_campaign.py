@@ -493,9 +493,16 @@ def plan_r15(out: Path) -> dict[str, Any]:
     the MoE policy on round 11's calibrated table beside static 7 at 3, 8, 1, 8 req/s; static 7
     stopped and SGLang's EMA on its default tiers started beside the same policy server, at 3, 8, 1;
     then the 8B shape: static 5 and the policy at 8, 8, 2, 2, 8, 8 (round 14's ``r14b``)."""
+    now = moe_then_ema(out, "r15")
+    return {**now, **serve_8b(out, ("static5", "policy"), R15["b_rates"], R15["deadline"], "r15")}
+
+
+def moe_then_ema(out: Path, tag: str) -> dict[str, Any]:
+    """The MoE policy beside static 7 at R15's rates; static 7 stopped and SGLang's EMA on its
+    default tiers started beside the same policy server; then the MoE stopped and the 8B built."""
     now, names, trm = moe_calibrated(out, R15["moe_rates"], R15["moe_deadline"])
     pol = dict(names).get("policy-cal-moe")
-    V.scrape_all(names[1:], out, "r15")
+    V.scrape_all(names[1:], out, tag)
     for key in [k for k in now if k.startswith("static7-moe")]:
         now.pop(key).stop(grace=3)
     pair = names[:1]
@@ -509,8 +516,8 @@ def plan_r15(out: Path) -> dict[str, Any]:
                first=len(R15["moe_rates"]))
     else:
         C.log("deadline: SGLang's EMA on the MoE not started")
-    next_shape(pair, now, out, "r15", "moep", "8bp", V.P08P)
-    return {**now, **serve_8b(out, ("static5", "policy"), R15["b_rates"], R15["deadline"], "r15")}
+    next_shape(pair, now, out, tag, "moep", "8bp", V.P08P)
+    return now
 
 
 def plan_r15h(out: Path) -> dict[str, Any]:
@@ -565,6 +572,16 @@ def plan_r16(out: Path) -> dict[str, Any]:
 R16B = {"rates": [16, 8, 2, 16, 8, 2], "deadline": 560}
 
 
+def plan_r17(out: Path) -> dict[str, Any]:
+    """r15 with its 8B phase swapped for r16b's (the 8B static-5 row is met, rounds 13-15; the 8B
+    comparison with SGLang's EMA is not): the MoE policy beside static 7 at 3, 8, 1, 8 req/s, then
+    SGLang's EMA on its default tiers beside the same policy server at 3, 8, 1, then the 8B policy
+    beside SGLang's EMA at 16, 8, 2, 16, 8, 2 for whatever time is left (``bg.sh r17 560
+    --hard-stop 1560`` on an H200, then ``bg.sh r17 570`` within the warm window)."""
+    now = moe_then_ema(out, "r17")
+    return {**now, **serve_8b(out, ("policy", "ema-default"), R16B["rates"], R15["deadline"], "r17")}
+
+
 def plan_r16b(out: Path) -> dict[str, Any]:
     """The 8B policy (round 4's table: one state, 5 steps) beside SGLang's EMA on its default tiers,
     warmed, at 16, 8, 2, 16, 8, 2 req/s, the order reversed every round, for ~6 minutes of device
@@ -600,7 +617,7 @@ S.PLANS.update({"r10a": plan_r10a, "r10b": plan_r10b, "r10": plan_r10, "r11": pl
                 "r12m": plan_r12m, "r12s": plan_r12s, "r13h": plan_r13h,
                 "r13a": plan_r13a, "r13t": plan_r13t,
                 "r14m": plan_r14m, "r14a": plan_r14a, "r14b": plan_r14b, "r15": plan_r15, "r15h": plan_r15h,
-                "r15m": plan_r15m, "r16": plan_r16, "r16b": plan_r16b})
+                "r15m": plan_r15m, "r16": plan_r16, "r16b": plan_r16b, "r17": plan_r17})
 
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, signal.default_int_handler)
