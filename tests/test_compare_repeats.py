@@ -117,3 +117,17 @@ def test_recorded_h200_policy_with_static5():
         assert p["lo"] <= 0 <= p["hi"] and abs(p["mean"]) < 0.5
         assert 0 < by[("policy", rate)]["itl_p99_ms_vs_baseline_pct"]["mean"] < 5.0
         assert abs(by[("policy", rate)]["request_goodput_vs_baseline_pct"]["mean"]) < 1.0
+
+
+def test_recorded_h100_policy_beside_ema_default():
+    """Round 16 (docs/gpu-results.md): the 8B policy (one state, 5 steps) beside SGLang's EMA on
+    its default tiers on an H100, one run each at 16 and 8 req/s: the policy serves more output
+    tok/s and more goodput at both rates, and accepts more tokens a cycle (SGLang's counter)."""
+    run = REPO / "docs/data/h100-2026-12-07-r16b/r16b"
+    for rate, k in ((16, 0), (8, 1)):
+        pol, ema = (jsonio.read_json(run / n / f"serving-r{rate}-k{k}.json")["rates"][0]["summary"]
+                    for n in ("policy", "ema-default"))
+        assert pol["failed"] == ema["failed"] == 0 and pol["sent"] == ema["sent"]
+        assert pol["output_throughput"] > ema["output_throughput"]
+        assert pol["goodput"]["request_goodput"] > ema["goodput"]["request_goodput"]
+        assert pol["accept_length"] > ema["accept_length"] + 0.5
