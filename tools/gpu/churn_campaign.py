@@ -497,26 +497,31 @@ def plan_r15(out: Path) -> dict[str, Any]:
     return {**now, **serve_8b(out, ("static5", "policy"), R15["b_rates"], R15["deadline"], "r15")}
 
 
-def moe_then_ema(out: Path, tag: str) -> dict[str, Any]:
-    """The MoE policy beside static 7 at R15's rates; static 7 stopped and SGLang's EMA on its
-    default tiers started beside the same policy server; then the MoE stopped and the 8B built."""
-    now, names, trm = moe_calibrated(out, R15["moe_rates"], R15["moe_deadline"])
+def moe_then_ema(out: Path, tag: str, then_8b: bool = True, r: dict[str, Any] = R15) -> dict[str, Any]:
+    """The MoE policy beside static 7 at ``r``'s rates; static 7 stopped and SGLang's EMA on its
+    default tiers started beside the same policy server; then (``then_8b``) the MoE stopped and the
+    8B built, else the pair scraped."""
+    now, names, trm = moe_calibrated(out, r["moe_rates"], r["moe_deadline"])
     pol = dict(names).get("policy-cal-moe")
     V.scrape_all(names[1:], out, tag)
     for key in [k for k in now if k.startswith("static7-moe")]:
         now.pop(key).stop(grace=3)
     pair = names[:1]
-    ema_by = S.by(R15["ema_deadline"])  # EMA's start, warm pass and rounds: ~240 s
+    ema_by = S.by(r["ema_deadline"])  # EMA's start, warm pass and rounds: ~240 s
     if pol is not None and pol.is_running() and time.monotonic() - C.T0 < ema_by - 200:
         ema = moe_cal_groups(out)[2]
         got, ename = start_warm([ema], out, 31120, trm, first_alone=False, rate=8, n=32)
         now.update(got)
         pair = [*pair, *ename]
-        rounds(pair, trm, out, R15["ema_rates"], ema_by, flip=True, shape="moe",
-               first=len(R15["moe_rates"]))
+        rounds(pair, trm, out, r["ema_rates"], ema_by, flip=True, shape="moe",
+               first=len(r["moe_rates"]))
     else:
         C.log("deadline: SGLang's EMA on the MoE not started")
-    next_shape(pair, now, out, tag, "moep", "8bp", V.P08P)
+    if then_8b:
+        next_shape(pair, now, out, tag, "moep", "8bp", V.P08P)
+    else:
+        V.scrape_all(pair, out, f"{tag}-ema")
+        S.checkpoint()
     return now
 
 
@@ -582,6 +587,18 @@ def plan_r17(out: Path) -> dict[str, Any]:
     return {**now, **serve_8b(out, ("policy", "ema-default"), R16B["rates"], R15["deadline"], "r17")}
 
 
+R18 = {"moe_rates": [8, 3, 1, 8], "ema_rates": [8, 3, 1, 8], "moe_deadline": 700, "ema_deadline": 1180}
+
+
+def plan_r18(out: Path) -> dict[str, Any]:
+    """Issue 33's MoE row alone on an H200 for a session with its full 30 minutes (the 8B rows are
+    met: rounds 13-17): the MoE policy on round 11's calibrated table beside static 7 at 8, 3, 1, 8
+    req/s, scraped; static 7 stopped and SGLang's EMA on its default tiers started beside the same
+    policy server at 8, 3, 1, 8, scraped. ``bg.sh r18 580 --hard-stop 1280`` with ``needs_h200``,
+    then ``bg.sh r18 580`` and ``bg.sh r18 N`` within the warm window (~1100 s in all)."""
+    return moe_then_ema(out, "r18", then_8b=False, r=R18)
+
+
 def plan_r16b(out: Path) -> dict[str, Any]:
     """The 8B policy (round 4's table: one state, 5 steps) beside SGLang's EMA on its default tiers,
     warmed, at 16, 8, 2, 16, 8, 2 req/s, the order reversed every round, for ~6 minutes of device
@@ -617,7 +634,7 @@ S.PLANS.update({"r10a": plan_r10a, "r10b": plan_r10b, "r10": plan_r10, "r11": pl
                 "r12m": plan_r12m, "r12s": plan_r12s, "r13h": plan_r13h,
                 "r13a": plan_r13a, "r13t": plan_r13t,
                 "r14m": plan_r14m, "r14a": plan_r14a, "r14b": plan_r14b, "r15": plan_r15, "r15h": plan_r15h,
-                "r15m": plan_r15m, "r16": plan_r16, "r16b": plan_r16b, "r17": plan_r17})
+                "r15m": plan_r15m, "r16": plan_r16, "r16b": plan_r16b, "r17": plan_r17, "r18": plan_r18})
 
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, signal.default_int_handler)
