@@ -305,11 +305,19 @@ def load_serving_set(paths: list[str]) -> list[dict[str, Any]]:
 
 def serving_rows(docs: list[dict[str, Any]], baseline: str | None = None) -> list[dict[str, Any]]:
     """One row per (request rate, file): throughput, latency percentiles, goodput and accept
-    length; output tok/s and median ITL against the baseline file at the same rate."""
+    length; output tok/s and median ITL against the baseline at the same rate: the baseline
+    file's own run there, else the first file with the baseline's label that ran that rate (a
+    campaign writes one file per label and rate, and ``--baseline LABEL`` names the label)."""
     b = pick_baseline(docs, baseline)
-    base = {e["request_rate"]: e["summary"] for e in docs[b]["rates"]}
     order = sorted({e["request_rate"] for d in docs for e in d["rates"]},
                    key=lambda r: float("inf") if r == "inf" else r)
+    base_at: dict[Any, int] = {}
+    for i in (b, *range(len(docs))):
+        if docs[i].get("label") == docs[b].get("label"):
+            for e in docs[i]["rates"]:
+                base_at.setdefault(e["request_rate"], i)
+    base = {rate: next(e["summary"] for e in docs[i]["rates"] if e["request_rate"] == rate)
+            for rate, i in base_at.items()}
 
     def pct(v: float | None, ref: float | None) -> float | None:
         return None if v is None or not ref else round((v / ref - 1.0) * 100.0, 2)
@@ -323,7 +331,8 @@ def serving_rows(docs: list[dict[str, Any]], baseline: str | None = None) -> lis
             ref = base.get(rate) or {}
             itl = (s.get("itl_ms") or {}).get("p50")
             g = s.get("goodput") or {}
-            out.append({"request_rate": rate, "config": d.get("label"), "is_baseline": i == b,
+            is_base = base_at.get(rate) == i
+            out.append({"request_rate": rate, "config": d.get("label"), "is_baseline": is_base,
                         "completed": s.get("completed"), "sent": s.get("sent"), "failed": s.get("failed"),
                         "request_throughput": s.get("request_throughput"),
                         "output_throughput": s.get("output_throughput"),
@@ -333,9 +342,9 @@ def serving_rows(docs: list[dict[str, Any]], baseline: str | None = None) -> lis
                         "tpot_p50_ms": (s.get("tpot_ms") or {}).get("p50"),
                         "request_goodput": g.get("request_goodput"), "slo_attainment": g.get("slo_attainment"),
                         "accept_length": s.get("accept_length"),
-                        "output_vs_baseline_pct": None if i == b else pct(s.get("output_throughput"),
-                                                                          ref.get("output_throughput")),
-                        "itl_p50_vs_baseline_pct": None if i == b else pct(itl, (ref.get("itl_ms") or {}).get("p50"))})
+                        "output_vs_baseline_pct": None if is_base else pct(s.get("output_throughput"),
+                                                                           ref.get("output_throughput")),
+                        "itl_p50_vs_baseline_pct": None if is_base else pct(itl, (ref.get("itl_ms") or {}).get("p50"))})
     return out
 
 
