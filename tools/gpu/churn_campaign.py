@@ -258,17 +258,22 @@ def plan_r11(out: Path) -> dict[str, Any]:
 
 
 R11_DATA = C.REPO / "docs" / "data" / "h200-2026-12-04-r11" / "r11"
+MOE5_SCAN = C.REPO / "docs" / "data" / "h200-2026-12-02-r8" / "moe5" / "scan-moe"
 R12 = {"moe_rates": [3, 8, 1, 3, 8], "moe_deadline": 720, "ab_deadline": 1380}
 
 
 def moe_cal_groups(out: Path) -> list[dict[str, Any]]:
     """The MoE policy on round 11's calibrated table, static 7 (round 11's best static at every
-    rate), SGLang's EMA on its default tiers."""
+    rate), SGLang's EMA on its default tiers, and on the tiers of round 8's scan (the scan the
+    calibrated table starts from)."""
     shutil.copy(R11_DATA / "scan-moe-served.json", out / "scan-moe-served.json")
+    shutil.copy(MOE5_SCAN / "adaptive.json", out / "adaptive-scan-moe.json")
     pol = V.kv(C.group("policy-cal-moe", "moep", "draft", [7], [1, 8]), "moe")
     pol["launch"]["policy"] = str(out / "scan-moe-served.json")
     return [pol, V.kv(C.group("static7-moe", "moep", "draft", [7], [1, 8]), "moe"),
-            V.kv(C.group("ema-default-moe", "moep", "draft", [7], [1, 8], extra=["--speculative-adaptive"]), "moe")]
+            V.kv(C.group("ema-default-moe", "moep", "draft", [7], [1, 8], extra=["--speculative-adaptive"]), "moe"),
+            V.kv(C.group("ema-scan-moe", "moep", "draft", [7], [1, 8],
+                         adaptive=str(out / "adaptive-scan-moe.json")), "moe")]
 
 
 def moe_calibrated(out: Path, rates: list[float], deadline: float
@@ -587,16 +592,36 @@ def plan_r17(out: Path) -> dict[str, Any]:
     return {**now, **serve_8b(out, ("policy", "ema-default"), R16B["rates"], R15["deadline"], "r17")}
 
 
-R18 = {"moe_rates": [8, 3, 1, 8], "ema_rates": [8, 3, 1, 8], "moe_deadline": 700, "ema_deadline": 1180}
+R18 = {"rates": [8, 3, 1], "deadlines": [560, 880, 1200]}
 
 
 def plan_r18(out: Path) -> dict[str, Any]:
-    """Issue 33's MoE row alone on an H200 for a session with its full 30 minutes (the 8B rows are
-    met: rounds 13-17): the MoE policy on round 11's calibrated table beside static 7 at 8, 3, 1, 8
-    req/s, scraped; static 7 stopped and SGLang's EMA on its default tiers started beside the same
-    policy server at 8, 3, 1, 8, scraped. ``bg.sh r18 580 --hard-stop 1280`` with ``needs_h200``,
-    then ``bg.sh r18 580`` and ``bg.sh r18 N`` within the warm window (~1100 s in all)."""
-    return moe_then_ema(out, "r18", then_8b=False, r=R18)
+    """Issue 33's MoE row side by side on an H200 (the pair needs >80 GB; round 18 ran it one
+    server at a time on an H100, ``r15m``): the policy on round 11's calibrated table, warmed,
+    beside each partner in turn (static 7, SGLang's EMA on its default tiers, the EMA on round 8's
+    scan tiers), each partner started, warmed, at 8, 3, 1 req/s (the order flipped each rate),
+    scraped and stopped. A partner starts only while ~200 s remain before its deadline.
+    ``bg.sh r18 580 --hard-stop 1280`` with ``needs_h200``, then ``bg.sh r18 580`` and
+    ``bg.sh r18 N`` within the warm window (~1150 s of device time in all)."""
+    rates, dls = R18["rates"], R18["deadlines"]
+    now, names, trm = moe_calibrated(out, rates, S.by(dls[0]))
+    V.scrape_all(names, out, "r18-static7")
+    S.checkpoint()
+    pol = names[0]
+    for k, (g, dl) in enumerate(zip(moe_cal_groups(out)[2:], dls[1:], strict=True), start=1):
+        for key in [key for key in now if not key.startswith("policy-cal-moe")]:
+            now.pop(key).stop(grace=3)
+        by = S.by(dl)
+        if pol[1] is None or not pol[1].is_running() or time.monotonic() - C.T0 > by - 200:
+            C.log(f"deadline: {g['name']} not started")
+            continue
+        got, gname = start_warm([g], out, 31100 + 20 * k, trm, first_alone=False, rate=8, n=32)
+        now.update(got)
+        pair = [pol, *gname]
+        rounds(pair, trm, out, rates, by, flip=True, shape="moe", first=k * len(rates))
+        V.scrape_all(pair, out, f"r18-{g['name']}")
+        S.checkpoint()
+    return now
 
 
 def plan_r16b(out: Path) -> dict[str, Any]:
