@@ -502,31 +502,26 @@ def plan_r15(out: Path) -> dict[str, Any]:
     return {**now, **serve_8b(out, ("static5", "policy"), R15["b_rates"], R15["deadline"], "r15")}
 
 
-def moe_then_ema(out: Path, tag: str, then_8b: bool = True, r: dict[str, Any] = R15) -> dict[str, Any]:
-    """The MoE policy beside static 7 at ``r``'s rates; static 7 stopped and SGLang's EMA on its
-    default tiers started beside the same policy server; then (``then_8b``) the MoE stopped and the
-    8B built, else the pair scraped."""
-    now, names, trm = moe_calibrated(out, r["moe_rates"], r["moe_deadline"])
+def moe_then_ema(out: Path, tag: str) -> dict[str, Any]:
+    """The MoE policy beside static 7 at R15's rates; static 7 stopped and SGLang's EMA on its
+    default tiers started beside the same policy server; then the MoE stopped and the 8B built."""
+    now, names, trm = moe_calibrated(out, R15["moe_rates"], R15["moe_deadline"])
     pol = dict(names).get("policy-cal-moe")
     V.scrape_all(names[1:], out, tag)
     for key in [k for k in now if k.startswith("static7-moe")]:
         now.pop(key).stop(grace=3)
     pair = names[:1]
-    ema_by = S.by(r["ema_deadline"])  # EMA's start, warm pass and rounds: ~240 s
+    ema_by = S.by(R15["ema_deadline"])  # EMA's start, warm pass and rounds: ~240 s
     if pol is not None and pol.is_running() and time.monotonic() - C.T0 < ema_by - 200:
         ema = moe_cal_groups(out)[2]
         got, ename = start_warm([ema], out, 31120, trm, first_alone=False, rate=8, n=32)
         now.update(got)
         pair = [*pair, *ename]
-        rounds(pair, trm, out, r["ema_rates"], ema_by, flip=True, shape="moe",
-               first=len(r["moe_rates"]))
+        rounds(pair, trm, out, R15["ema_rates"], ema_by, flip=True, shape="moe",
+               first=len(R15["moe_rates"]))
     else:
         C.log("deadline: SGLang's EMA on the MoE not started")
-    if then_8b:
-        next_shape(pair, now, out, tag, "moep", "8bp", V.P08P)
-    else:
-        V.scrape_all(pair, out, f"{tag}-ema")
-        S.checkpoint()
+    next_shape(pair, now, out, tag, "moep", "8bp", V.P08P)
     return now
 
 
@@ -547,8 +542,9 @@ def plan_r15h(out: Path) -> dict[str, Any]:
 
 def moe_sequential(tr: Path, out: Path, tag: str) -> None:
     """The MoE one server at a time, each warmed, at 3, 8 and 1 req/s: the policy on round 11's
-    calibrated table, static 7, SGLang's EMA on its default tiers, then the policy again at 3 and 8
-    (a drift check: the servers never ran side by side)."""
+    calibrated table, static 7, SGLang's EMA on its default tiers, the EMA on round 8's scan tiers,
+    then the policy again at 3 and 8 (a drift check: the servers never ran side by side). Round 18
+    (H100, hard stop 850 s) ran the first three."""
     gs = moe_cal_groups(out)
     again = copy.deepcopy(gs[0])
     again["name"] = "policy-cal-moe-again"
