@@ -311,13 +311,13 @@ def serving_rows(docs: list[dict[str, Any]], baseline: str | None = None) -> lis
     b = pick_baseline(docs, baseline)
     order = sorted({e["request_rate"] for d in docs for e in d["rates"]},
                    key=lambda r: float("inf") if r == "inf" else r)
-    base_at: dict[Any, int] = {}
+    base_at: dict[Any, int] = {}  # rate -> the index of the file that is the baseline there
+    base: dict[Any, dict[str, Any]] = {}
     for i in (b, *range(len(docs))):
         if docs[i].get("label") == docs[b].get("label"):
             for e in docs[i]["rates"]:
-                base_at.setdefault(e["request_rate"], i)
-    base = {rate: next(e["summary"] for e in docs[i]["rates"] if e["request_rate"] == rate)
-            for rate, i in base_at.items()}
+                if e["request_rate"] not in base_at:
+                    base_at[e["request_rate"]], base[e["request_rate"]] = i, e["summary"]
 
     def pct(v: float | None, ref: float | None) -> float | None:
         return None if v is None or not ref else round((v / ref - 1.0) * 100.0, 2)
