@@ -502,25 +502,30 @@ def plan_r15(out: Path) -> dict[str, Any]:
     return {**now, **serve_8b(out, ("static5", "policy"), R15["b_rates"], R15["deadline"], "r15")}
 
 
+def partner_beside(now: dict[str, Any], pol: tuple[str, Any], g: dict[str, Any], out: Path, port: int,
+                   trm: Path, rates: list[float], by: float, first: int) -> list[tuple[str, Any]]:
+    """The MoE policy server's partner swapped: every other server stopped, ``g`` started beside
+    it, warmed and run at ``rates`` (order flipped). Not started within 200 s of ``by`` (a MoE
+    start, warm pass and three rates take ~240 s). Returns the pair that ran (the policy alone if
+    the partner did not)."""
+    for key in [key for key in now if not key.startswith(pol[0])]:
+        now.pop(key).stop(grace=3)
+    if pol[1] is None or not pol[1].is_running() or time.monotonic() - C.T0 > by - 200:
+        C.log(f"deadline: {g['name']} not started")
+        return [pol]
+    got, gname = start_warm([g], out, port, trm, first_alone=False, rate=8, n=32)
+    now.update(got)
+    rounds([pol, *gname], trm, out, rates, by, flip=True, shape="moe", first=first)
+    return [pol, *gname]
+
+
 def moe_then_ema(out: Path, tag: str) -> dict[str, Any]:
     """The MoE policy beside static 7 at R15's rates; static 7 stopped and SGLang's EMA on its
     default tiers started beside the same policy server; then the MoE stopped and the 8B built."""
     now, names, trm = moe_calibrated(out, R15["moe_rates"], R15["moe_deadline"])
-    pol = dict(names).get("policy-cal-moe")
     V.scrape_all(names[1:], out, tag)
-    for key in [k for k in now if k.startswith("static7-moe")]:
-        now.pop(key).stop(grace=3)
-    pair = names[:1]
-    ema_by = S.by(R15["ema_deadline"])  # EMA's start, warm pass and rounds: ~240 s
-    if pol is not None and pol.is_running() and time.monotonic() - C.T0 < ema_by - 200:
-        ema = moe_cal_groups(out)[2]
-        got, ename = start_warm([ema], out, 31120, trm, first_alone=False, rate=8, n=32)
-        now.update(got)
-        pair = [*pair, *ename]
-        rounds(pair, trm, out, R15["ema_rates"], ema_by, flip=True, shape="moe",
-               first=len(R15["moe_rates"]))
-    else:
-        C.log("deadline: SGLang's EMA on the MoE not started")
+    pair = partner_beside(now, names[0], moe_cal_groups(out)[2], out, 31120, trm, R15["ema_rates"],
+                          S.by(R15["ema_deadline"]), len(R15["moe_rates"]))
     next_shape(pair, now, out, tag, "moep", "8bp", V.P08P)
     return now
 
@@ -603,20 +608,11 @@ def plan_r18(out: Path) -> dict[str, Any]:
     now, names, trm = moe_calibrated(out, rates, S.by(dls[0]))
     V.scrape_all(names, out, "r18-static7")
     S.checkpoint()
-    pol = names[0]
     for k, (g, dl) in enumerate(zip(moe_cal_groups(out)[2:], dls[1:], strict=True), start=1):
-        for key in [key for key in now if not key.startswith("policy-cal-moe")]:
-            now.pop(key).stop(grace=3)
-        by = S.by(dl)
-        if pol[1] is None or not pol[1].is_running() or time.monotonic() - C.T0 > by - 200:
-            C.log(f"deadline: {g['name']} not started")
-            continue
-        got, gname = start_warm([g], out, 31100 + 20 * k, trm, first_alone=False, rate=8, n=32)
-        now.update(got)
-        pair = [pol, *gname]
-        rounds(pair, trm, out, rates, by, flip=True, shape="moe", first=k * len(rates))
-        V.scrape_all(pair, out, f"r18-{g['name']}")
-        S.checkpoint()
+        pair = partner_beside(now, names[0], g, out, 31100 + 20 * k, trm, rates, S.by(dl), k * len(rates))
+        if len(pair) == 2:
+            V.scrape_all(pair, out, f"r18-{g['name']}")
+            S.checkpoint()
     return now
 
 
