@@ -546,14 +546,16 @@ def plan_r15h(out: Path) -> dict[str, Any]:
 
 
 def moe_sequential(tr: Path, out: Path, tag: str) -> None:
-    """The MoE one server at a time, each warmed, at 3, 8 and 1 req/s: the policy on round 11's
-    calibrated table, static 7, SGLang's EMA on its default tiers, the EMA on round 8's scan tiers,
-    then the policy again at 3 and 8 (a drift check: the servers never ran side by side). Round 18
-    (H100, hard stop 850 s) ran the first three."""
-    gs = moe_cal_groups(out)
-    again = copy.deepcopy(gs[0])
+    """The MoE one server at a time, each warmed, at 3, 8 and 1 req/s: SGLang's EMA on round 8's
+    scan tiers first (the one MoE row round 18 did not reach), the policy on round 11's calibrated
+    table, static 7, the EMA on its default tiers, then the policy again at 3 and 8 (a drift check:
+    the servers never ran side by side). Round 18 (H100, hard stop 850 s) ran policy, static 7
+    and the default EMA, in that order."""
+    pol, static7, ema_default, ema_scan = moe_cal_groups(out)
+    again = copy.deepcopy(pol)
     again["name"] = "policy-cal-moe-again"
-    one_at_a_time([*gs, again], tr, out, [3, 8, 1], {again["name"]: [3, 8]}, R15["deadline"], tag)
+    one_at_a_time([ema_scan, pol, static7, ema_default, again], tr, out, [3, 8, 1], {again["name"]: [3, 8]},
+                  R15["deadline"], tag)
 
 
 def plan_r15m(out: Path) -> dict[str, Any]:
@@ -599,8 +601,8 @@ R18 = {"rates": [8, 3, 1], "deadlines": [560, 880, 1200]}
 def plan_r18(out: Path) -> dict[str, Any]:
     """Issue 33's MoE row side by side on an H200 (the pair needs >80 GB; round 18 ran it one
     server at a time on an H100, ``r15m``): the policy on round 11's calibrated table, warmed,
-    beside each partner in turn (static 7, SGLang's EMA on its default tiers, the EMA on round 8's
-    scan tiers), each partner started, warmed, at 8, 3, 1 req/s (the order flipped each rate),
+    beside each partner in turn (static 7, SGLang's EMA on round 8's scan tiers, the EMA on its
+    default tiers: round 18 measured the default one already), each partner started, warmed, at 8, 3, 1 req/s (the order flipped each rate),
     scraped and stopped. A partner starts only while ~200 s remain before its deadline.
     ``bg.sh r18 580 --hard-stop 1280`` with ``needs_h200``, then ``bg.sh r18 580`` and
     ``bg.sh r18 N`` within the warm window (~1150 s of device time in all)."""
@@ -608,7 +610,8 @@ def plan_r18(out: Path) -> dict[str, Any]:
     now, names, trm = moe_calibrated(out, rates, S.by(dls[0]))
     V.scrape_all(names, out, "r18-static7")
     S.checkpoint()
-    for k, (g, dl) in enumerate(zip(moe_cal_groups(out)[2:], dls[1:], strict=True), start=1):
+    partners = moe_cal_groups(out)[3:1:-1]  # the scan tiers' EMA, then the default one
+    for k, (g, dl) in enumerate(zip(partners, dls[1:], strict=True), start=1):
         pair = partner_beside(now, names[0], g, out, 31100 + 20 * k, trm, rates, S.by(dl), k * len(rates))
         if len(pair) == 2:
             V.scrape_all(pair, out, f"r18-{g['name']}")
