@@ -550,7 +550,7 @@ def moe_sequential(tr: Path, out: Path, tag: str) -> None:
     scan tiers first (the one MoE row round 18 did not reach), the policy on round 11's calibrated
     table, static 7, the EMA on its default tiers, then the policy again at 3 and 8 (a drift check:
     the servers never ran side by side). Round 18 (H100, hard stop 850 s) ran policy, static 7
-    and the default EMA, in that order."""
+    and the default EMA, in that order; round 19 (hard stop 930 s) the first three here."""
     pol, static7, ema_default, ema_scan = moe_cal_groups(out)
     again = copy.deepcopy(pol)
     again["name"] = "policy-cal-moe-again"
@@ -602,8 +602,8 @@ def plan_r18(out: Path) -> dict[str, Any]:
     """Issue 33's MoE row side by side on an H200 (the pair needs >80 GB; round 18 ran it one
     server at a time on an H100, ``r15m``): the policy on round 11's calibrated table, warmed,
     beside each partner in turn (static 7, SGLang's EMA on round 8's scan tiers, the EMA on its
-    default tiers: round 18 measured the default one already), each partner started, warmed, at 8, 3, 1 req/s (the order flipped each rate),
-    scraped and stopped. A partner starts only while ~200 s remain before its deadline.
+    default tiers: the one-at-a-time rounds 18-19 measured both EMAs), each partner started,
+    warmed, at 8, 3, 1 req/s (the order flipped each rate), scraped and stopped. A partner starts only while ~200 s remain before its deadline.
     ``bg.sh r18 580 --hard-stop 1280`` with ``needs_h200``, then ``bg.sh r18 580`` and
     ``bg.sh r18 N`` within the warm window (~1150 s of device time in all)."""
     rates, dls = R18["rates"], R18["deadlines"]

@@ -21,7 +21,8 @@ MOVE=(docs/data/h200-2026-11-29 docs/data/h200-2026-12-01 docs/data/h200-2026-12
       docs/data/h100-2026-12-06-r12s docs/data/h100-2026-12-06-r13
       docs/data/h100-2026-12-06-r14 docs/data/h200-2026-12-06-r15
       docs/data/h100-2026-12-07-r16b docs/data/h100-2026-12-07-r17-1
-      docs/data/h100-2026-12-07-r17-2 docs/data/h100-2026-12-07-r18 docs/data/h100-2026-12-07-r19)
+      docs/data/h100-2026-12-07-r17-2 docs/data/h100-2026-12-07-r18
+      docs/data/h100-2026-12-07-r19)
 case "${1:-}" in
   out)
     for d in "${MOVE[@]}"; do
