@@ -524,7 +524,8 @@ def moe_then_ema(out: Path, tag: str) -> dict[str, Any]:
     default tiers started beside the same policy server; then the MoE stopped and the 8B built."""
     now, names, trm = moe_calibrated(out, R15["moe_rates"], R15["moe_deadline"])
     V.scrape_all(names[1:], out, tag)
-    pair = partner_beside(now, names[0], moe_cal_groups(out)[2], out, 31120, trm, R15["ema_rates"],
+    ema_default = moe_cal_groups(out)[2]
+    pair = partner_beside(now, names[0], ema_default, out, 31120, trm, R15["ema_rates"],
                           S.by(R15["ema_deadline"]), len(R15["moe_rates"]))
     next_shape(pair, now, out, tag, "moep", "8bp", V.P08P)
     return now
@@ -554,8 +555,8 @@ def moe_sequential(tr: Path, out: Path, tag: str) -> None:
     pol, static7, ema_default, ema_scan = moe_cal_groups(out)
     again = copy.deepcopy(pol)
     again["name"] = "policy-cal-moe-again"
-    one_at_a_time([ema_scan, pol, static7, ema_default, again], tr, out, [3, 8, 1], {again["name"]: [3, 8]},
-                  R15["deadline"], tag)
+    order = [ema_scan, pol, static7, ema_default, again]
+    one_at_a_time(order, tr, out, [3, 8, 1], {again["name"]: [3, 8]}, R15["deadline"], tag)
 
 
 def plan_r15m(out: Path) -> dict[str, Any]:
@@ -603,15 +604,16 @@ def plan_r18(out: Path) -> dict[str, Any]:
     server at a time on an H100, ``r15m``): the policy on round 11's calibrated table, warmed,
     beside each partner in turn (static 7, SGLang's EMA on round 8's scan tiers, the EMA on its
     default tiers: the one-at-a-time rounds 18-19 measured both EMAs), each partner started,
-    warmed, at 8, 3, 1 req/s (the order flipped each rate), scraped and stopped. A partner starts only while ~200 s remain before its deadline.
+    warmed, at 8, 3, 1 req/s (the order flipped each rate), scraped and stopped. A partner starts
+    only while ~200 s remain before its deadline.
     ``bg.sh r18 580 --hard-stop 1280`` with ``needs_h200``, then ``bg.sh r18 580`` and
     ``bg.sh r18 N`` within the warm window (~1150 s of device time in all)."""
     rates, dls = R18["rates"], R18["deadlines"]
     now, names, trm = moe_calibrated(out, rates, S.by(dls[0]))
     V.scrape_all(names, out, "r18-static7")
     S.checkpoint()
-    partners = moe_cal_groups(out)[3:1:-1]  # the scan tiers' EMA, then the default one
-    for k, (g, dl) in enumerate(zip(partners, dls[1:], strict=True), start=1):
+    _, _, ema_default, ema_scan = moe_cal_groups(out)
+    for k, (g, dl) in enumerate(zip((ema_scan, ema_default), dls[1:], strict=True), start=1):
         pair = partner_beside(now, names[0], g, out, 31100 + 20 * k, trm, rates, S.by(dl), k * len(rates))
         if len(pair) == 2:
             V.scrape_all(pair, out, f"r18-{g['name']}")
