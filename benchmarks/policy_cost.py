@@ -1,6 +1,6 @@
 """CPU cost of the throughput policy per decode cycle (one ``choose`` + one ``observe``), the
 Python work it adds to every cycle inside SGLang's scheduler (issue 25: is the decider what
-costs the policy server time at 8 streams on the H200? docs/gpu-results.md round 6).
+costs the policy server time at 8 streams on the H200? docs/results.md round 6).
 
 Run: python benchmarks/policy_cost.py [SCAN_JSON] [--cycles N]
 Prints microseconds per cycle at batch sizes 1 / 8 / 64 and the share of a cycle of the

@@ -13,7 +13,7 @@ verify they predict at s, and the s-step chain's own tokens per verify on the sa
 - one path: every request is the bench's chat request (every chat prompt ends with the same
   template token, so every request walks the same 256-token stretch);
 - many paths: requests start at N random points of the 1024-id cycle (distinct prompts);
-- the `tiny --paths 32` prompt set (docs/tiny.md): one request per prompt.
+- the `tiny --paths 32` prompt set (docs/reference/tiny.md): one request per prompt.
 
 With the round-7 H200 MoE scan's cycle ms at 8 streams (docs/data/h200-2026-12-02-r7/moe4), each
 case also says which step count the model ranks first there and which one really is.

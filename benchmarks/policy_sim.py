@@ -485,7 +485,7 @@ def run(table_name: str, tokens: int, seed: int = 1) -> dict[str, Any]:
 
 
 MOE_R7 = REPO / "docs" / "data" / "h200-2026-12-02-r7" / "moe4" / "scan-moe" / "scan.json"
-# H200 round 7 (docs/gpu-results.md): per-stream decode medians at 1 and 8 streams, whole 1 -> 8 run
+# H200 round 7 (docs/results.md): per-stream decode medians at 1 and 8 streams, whole 1 -> 8 run
 H200_R7 = {"policy": (281.5, 190.9, 959), "static 3": (250.7, 197.8, 940), "static 6": (269.5, 182.5, 911),
            "EMA, SGLang 0.5.16 default tiers": (259.9, 195.6, 943), "EMA, adaptive-write tiers": (250.4, 187.7, 874)}
 MOE_R8 = REPO / "docs" / "data" / "h200-2026-12-02-r8" / "moe5" / "scan-moe" / "scan.json"

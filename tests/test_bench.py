@@ -180,7 +180,7 @@ def _runs_from(path: Path, concurrency: int) -> list[bench.RunRecord]:
 
 
 def test_a_burst_after_a_late_first_token_is_named():
-    """H200 round 7 (docs/gpu-results.md): one 8-stream run's first tokens came 0.51 s late and
+    """H200 round 7 (docs/results.md): one 8-stream run's first tokens came 0.51 s late and
     its streams then "decoded" at 1439 tok/s against 495; the run is named, the others are not,
     and a steady level gets no warning."""
     data = REPO / "docs" / "data" / "h200-2026-12-02-r7" / "long"

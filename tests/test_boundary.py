@@ -137,7 +137,7 @@ def test_the_scan_sees_a_workbench_import(tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------------------------------------------
-# The house by role (docs/architecture.md): the arrows between the folders, checked over EVERY
+# The house by role (docs/reference/architecture.md): the arrows between the folders, checked over EVERY
 # import (module level, inside functions, under TYPE_CHECKING): a lazy import still ties the two
 # modules together for a reader and for a change.
 
@@ -242,7 +242,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def _arrow_problems(graph: dict[str, set[str]]) -> list[str]:
-    """The three rules of the house (docs/architecture.md), as one list of offending imports."""
+    """The three rules of the house (docs/reference/architecture.md), as one list of offending imports."""
     bad = []
     for mod, deps in sorted(graph.items()):
         role = _role(mod)
@@ -274,7 +274,7 @@ def test_only_commands_render_with_rich():
 
 
 def test_no_module_is_a_big_room():
-    """One concern a module: none over 600 lines (docs/architecture.md names any exception)."""
+    """One concern a module: none over 600 lines (docs/reference/architecture.md names any exception)."""
     sizes = {m: len(_path(m).read_text(encoding="utf-8").splitlines()) for m in _all_modules()}
     assert {m: n for m, n in sizes.items() if n > 600} == {}
 

@@ -1,7 +1,7 @@
 """`sgl-eagle3 calibrate` on the H200 round-11 files: a scan's cycle costs moved to open-loop
 traffic by one server's probes must predict ANOTHER server's measured cycles (static 3 predicts
 static 7 and back, MoE shape), and flip the batch-8 ranking the way the two servers measured it.
-Real files, no GPU needed: the probes were recorded on the H200 (docs/gpu-results.md, round 11)."""
+Real files, no GPU needed: the probes were recorded on the H200 (docs/results.md, round 11)."""
 
 from __future__ import annotations
 

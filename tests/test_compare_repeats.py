@@ -1,7 +1,7 @@
 """compare --repeats: repeated open-loop runs pooled per label and rate, paired with the baseline's.
 
 The recorded files are real: round 13's eight 16 req/s runs on an H100 (static 5 and the one-state
-policy, alternated A B, B A, A B, B A; docs/gpu-results.md), read through the CLI.
+policy, alternated A B, B A, A B, B A; docs/results.md), read through the CLI.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def alternated_8_and_2(folder: str, other: str) -> tuple[list[str], dict[tuple[s
 
 
 def test_recorded_h100_two_rates_exclude_zero(capsys):
-    """Round 14 (docs/gpu-results.md): static 5 and static 4 alternated at 8, 8, 2, 2, 8, 8 req/s.
+    """Round 14 (docs/results.md): static 5 and static 4 alternated at 8, 8, 2, 2, 8, 8 req/s.
     Each rate pools its own runs (4 at 8, 2 at 2), and here the paired interval leaves zero out:
     static 4 is slower at both rates."""
     files, by = alternated_8_and_2("docs/data/h100-2026-12-06-r14/r14a", "static4")
@@ -108,7 +108,7 @@ def test_recorded_h100_two_rates_exclude_zero(capsys):
 
 
 def test_recorded_h200_policy_with_static5():
-    """Round 15 (docs/gpu-results.md): static 5 and the 8B policy (one state, 5 steps) alternated
+    """Round 15 (docs/results.md): static 5 and the 8B policy (one state, 5 steps) alternated
     at 8, 8, 2, 2, 8, 8 req/s on an H200. The paired interval holds zero at both rates (the two
     are not told apart), and the policy's ITL p99 stays within issue 33's 5 % of static 5's."""
     _, by = alternated_8_and_2("docs/data/h200-2026-12-06-r15/r14b", "policy")
@@ -120,7 +120,7 @@ def test_recorded_h200_policy_with_static5():
 
 
 def test_recorded_h100_policy_beside_ema_default():
-    """Round 16 (docs/gpu-results.md): the 8B policy (one state, 5 steps) beside SGLang's EMA on
+    """Round 16 (docs/results.md): the 8B policy (one state, 5 steps) beside SGLang's EMA on
     its default tiers on an H100, one run each at 16 and 8 req/s: the policy serves more output
     tok/s and more goodput at both rates, and accepts more tokens a cycle (SGLang's counter)."""
     run = REPO / "docs/data/h100-2026-12-07-r16b/r16b"
@@ -134,7 +134,7 @@ def test_recorded_h100_policy_beside_ema_default():
 
 
 def test_recorded_h100_policy_beside_ema_default_pooled(capsys):
-    """Rounds 16 and 17 (docs/gpu-results.md): the same pair on H100s, five runs at 16 and 8 req/s
+    """Rounds 16 and 17 (docs/results.md): the same pair on H100s, five runs at 16 and 8 req/s
     and 3-4 at 2 req/s pooled over three calls (round 16's lone 2 req/s policy run has no EMA twin
     and stays out). Paired by run, the policy's output tok/s interval leaves zero out at every rate,
     its goodput is higher, its ITL p99 within issue 33's 5 %, and it accepts more a cycle."""
@@ -159,7 +159,7 @@ def test_recorded_h100_policy_beside_ema_default_pooled(capsys):
 
 
 def test_recorded_h100_moe_one_server_at_a_time(capsys):
-    """Round 18 (docs/gpu-results.md): the MoE policy on round 11's calibrated table, static 7 and
+    """Round 18 (docs/results.md): the MoE policy on round 11's calibrated table, static 7 and
     SGLang's EMA on its default tiers, one server at a time on an H100, one file per label and
     rate. ``--baseline static7-moe`` compares every rate with static 7's run at that rate (the
     baseline is a label, not only its first file). The policy is within issue 33's 1 % of static 7
@@ -184,7 +184,7 @@ def test_recorded_h100_moe_one_server_at_a_time(capsys):
 
 
 def test_recorded_h100_moe_two_sessions_pooled(capsys):
-    """Rounds 18 and 19 (docs/gpu-results.md): the same MoE plan on two H100 sessions, one server
+    """Rounds 18 and 19 (docs/results.md): the same MoE plan on two H100 sessions, one server
     at a time. Round 19 adds SGLang's EMA on round 8's scan tiers (the row round 18 lacked): the
     policy is above it at 3 and 8 req/s, and accepts more a cycle, at every rate. Pooled over the
     two sessions (``--repeats``), the policy meets issue 33's MoE row against static 7: output

@@ -534,7 +534,7 @@ def test_override_leaves_loop_index_setters_alone(monkeypatch):
 
 def test_check_judges_the_aux_layers_override():
     """`layers check --aux-layers`: the capture `launch --aux-layers` sets, checked against the
-    layers the draft was trained on (the wiring table's three cases, docs/gpu-results.md)."""
+    layers the draft was trained on (the wiring table's three cases, docs/results.md)."""
     target = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 32}
     draft = {"architectures": ["LlamaForCausalLMEagle3"],
              "eagle_config": {"eagle_aux_hidden_state_layer_ids": [3, 17, 30]}}

@@ -675,7 +675,7 @@ def test_server_refuses_a_policy_that_was_not_applied(tmp_path):
 
 
 def test_path_bias_of_the_acceptance_model_on_the_moe_construction(capsys):
-    """benchmarks/policy_path_bias.py (the H200 round-7 MoE diagnosis, docs/gpu-results.md): the
+    """benchmarks/policy_path_bias.py (the H200 round-7 MoE diagnosis, docs/results.md): the
     expected tokens the policy derives at 3..6 steps from rates counted at 7 steps, against the
     chains on the same requests, exact on the construction's own maps (pure Python), and the step
     count each ranks first with the H200 scan's cycle ms. One repeated chat request: 3 steps
@@ -713,7 +713,7 @@ def test_walk_acceptance_is_the_constructions_greedy_decoding():
 
 
 def test_walks_replay_round_7_and_predict_the_paths_build():
-    """benchmarks/policy_sim.py --walks (docs/adaptive.md): on the one chat path the best static
+    """benchmarks/policy_sim.py --walks (docs/guide/adaptive.md): on the one chat path the best static
     count changes with load (7 at 1 stream, 3 at 8) and the policy stays below static 3 at 8 (as
     on the H200); cycling through the tiny --paths 32 prompts, the policy's whole 1 -> 8 run is
     above every static count and both EMA configurations (a simulation, not a measurement)."""
@@ -728,7 +728,7 @@ def test_walks_replay_round_7_and_predict_the_paths_build():
 def test_walks_on_round_8_costs_match_the_h200_choice():
     """--walks on round 8's scan (measured on the tiny --paths 32 traffic): the simulated policy
     takes each load's best static count (7 at 1 stream, 3 at 8), within 1 % of it per load, and is
-    above every other arm over the whole run, as the H200 measured (docs/gpu-results.md round 8;
+    above every other arm over the whole run, as the H200 measured (docs/results.md round 8;
     a simulation, not a measurement)."""
     res = policy_sim.run_walks(scan=policy_sim.MOE_R8)
     many = list(res["cases"].values())[1]

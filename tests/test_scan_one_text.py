@@ -12,7 +12,7 @@ the rotation. Over 16 such phases its cells miss their server by up to ~14 % and
 intervals do not hold the server's figure. The shuffled schedule (hold.py: an order per round and
 block lengths drawn from a fixed hash) spreads every step count over the whole text: over 16
 independent draws (other levels of the same hash) its cells are within a few % and about 95 % of
-its intervals hold. Run with ``-s`` to see the figures docs/scan.md quotes.
+its intervals hold. Run with ``-s`` to see the figures docs/guide/scan.md quotes.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Chain builds whose prompts walk different paths (tiny --paths; docs/tiny.md).
+"""Chain builds whose prompts walk different paths (tiny --paths; docs/reference/tiny.md).
 
 Real code throughout: the built tokenizer's own chat template, the real transformers forward of
 the built target, the construction's maps from maps.json. No GPU needed.

@@ -1,4 +1,4 @@
-"""The tree construction (tiny --alternatives / --regions; docs/tiny.md "Trees").
+"""The tree construction (tiny --alternatives / --regions; docs/reference/tiny.md "Trees").
 
 Real code throughout, nothing faked: the selection mirror is checked against SGLang 0.5.16's own
 ``_select_top_k_tokens_first`` / ``_select_top_k_tokens_later`` / ``organize_draft_results``

@@ -25,8 +25,8 @@ pipq() {
 pipq --upgrade pip setuptools wheel
 pipq $C torch==2.13.0
 pipq --no-deps sglang==0.5.23
-# SGLang's import chain on CPU, tiers 1-4 of docs/testing.md (never torchvision: a stub stands in);
-# prometheus-client: SGLang's --enable-metrics and our phase metrics (docs/metrics.md)
+# SGLang's import chain on CPU, tiers 1-4 of docs/reference/testing.md (never torchvision: a stub stands in);
+# prometheus-client: SGLang's --enable-metrics and our phase metrics (docs/guide/metrics.md)
 pipq $C numpy orjson psutil pybase64 requests packaging pillow starlette msgspec \
   pydantic pyzmq tqdm ipython aiohttp transformers tokenizers dill apache-tvm-ffi sentencepiece \
   compressed-tensors gguf einops openai partial_json_parser setproctitle uvicorn fastapi uvloop \

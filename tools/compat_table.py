@@ -1,6 +1,6 @@
-"""Run the patch round trip on every published SGLang release >= 0.4.9; write docs/compatibility.md.
+"""Run the patch round trip on every published SGLang release >= 0.4.9; write docs/reference/compatibility.md.
 
-    .venv/bin/python tools/compat_table.py [--out docs/compatibility.md] [--min 0.4.9] [VERSION ...]
+    .venv/bin/python tools/compat_table.py [--out docs/reference/compatibility.md] [--min 0.4.9] [VERSION ...]
 
 Per release: fetch the wheel's .py files (sglang_eagle3_ext.serve.releases, pip download once), copy,
 `patch apply` (probe set), then `patch apply --aux-layers 2,30,58`, then `patch revert`, and check
@@ -83,7 +83,7 @@ def render(rows: list[dict]) -> str:
         f"{ok} of {len(rows)} releases supported. Families are the eagle-worker code shapes of "
         "reference/sglang-version-map.md section 2.1 (V1b 0.4.8-0.5.2, V1c 0.5.3-0.5.12.post1, "
         "V2-beta 0.5.3.post2-post3, V2a 0.5.4-0.5.12.post1, V2b 0.5.13-0.5.15.post1, V2c 0.5.16+); "
-        "docs/patching.md says what is inserted per family.",
+        "docs/reference/patching.md says what is inserted per family.",
         "",
         "| release | families | probes | patches | files | aux-layers override | byte-identical after revert | apply s |",
         "|---|---|---|---|---|---|---|---|",

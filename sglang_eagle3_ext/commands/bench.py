@@ -29,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", default=None, metavar="N[,N...]",
                    help="requests in flight per run (default 1); a list (1,2,4,8,16,32,64) runs a "
                         "ladder, one bench per level")
-    o = p.add_argument_group("open loop (docs/bench.md, Open-loop traffic)")
+    o = p.add_argument_group("open loop (docs/guide/bench.md, Open-loop traffic)")
     o.add_argument("--request-rate", metavar="R[,R...]",
                    help="requests per second, sent on a schedule whatever the server's pace (Poisson "
                         "arrivals); inf = all at once; a list runs one rate after the other")
@@ -65,7 +65,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api", choices=("chat", "generate"), default="chat",
                    help="chat: /v1/chat/completions (default; the server applies the chat template); "
                         "generate: SGLang's native /generate with each prompt's text as it is, what "
-                        "bench_serving's --backend sglang sends (docs/bench.md, The twin)")
+                        "bench_serving's --backend sglang sends (docs/guide/bench.md, The twin)")
     p.add_argument("--ignore-eos", action="store_true",
                    help="always generate --max-tokens tokens (SGLang/vLLM extension)")
     p.add_argument("--out", metavar="FILE.json", help="write the result document here")

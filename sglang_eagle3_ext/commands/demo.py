@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     average = None
     if "chat_last_token" in models.info:
         # partial: every bench (chat) request walks the same stretch of the cycle, whose accept
-        # length is not the cycle average (docs/tiny.md, "measured vs expected")
+        # length is not the cycle average (docs/reference/tiny.md, "measured vs expected")
         from ..tiny import construct
 
         maps = json.loads((models.root / "maps.json").read_text())

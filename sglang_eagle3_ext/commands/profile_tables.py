@@ -361,7 +361,7 @@ def _check_caption(check: list[dict[str, Any]]) -> str:
     return ("one step count measured: predicted rows assume a shorter chain's cycles start where this chain's "
             "did; on one repeated text (every request the same prompt at temperature 0) a chain's cycle starts "
             "depend on its step count, and the model was off by up to -4.4 % (CPU, tiny 8B chat path: 2 steps "
-            "from 4 -2.8 %, 3 from 4 -4.4 %); over many prompts within ~1 % (docs/profiling.md)")
+            "from 4 -2.8 %, 3 from 4 -4.4 %); over many prompts within ~1 % (docs/guide/profiling.md)")
 
 
 def _choices_table(summaries: list[dict[str, Any]]):

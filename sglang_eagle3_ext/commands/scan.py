@@ -148,7 +148,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
         notes.append("one prompt: at temperature 0 every request generates the same tokens, so the cells measure "
                      "that one text; the hold schedule spreads every step count over all of it (shuffled blocks), but "
                      "a cell is then as good as the cycles it has: on CPU (tiny 8B chat path) +-0.6-1.8 % sd at ~900 "
-                     "steady cycles a key, and 16 streams that start together are one stream (docs/scan.md). Give "
+                     "steady cycles a key, and 16 streams that start together are one stream (docs/guide/scan.md). Give "
                      "--prompts with requests like your traffic (a tiny build: tiny --paths N)")
     gmax = scan_memory._extra_int(extra, "--cuda-graph-max-bs-decode", "--cuda-graph-max-bs")
     if gmax is not None and gmax < max(levels):

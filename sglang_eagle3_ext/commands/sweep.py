@@ -16,7 +16,7 @@ HELP = ("Sweep steps/topk/draft tokens (+ no-spec baseline, NCCL, custom all-red
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("sweep_file", metavar="SWEEP.yaml", nargs="?", help="the matrix (see docs/sweep.md)")
+    p.add_argument("sweep_file", metavar="SWEEP.yaml", nargs="?", help="the matrix (see docs/guide/sweep.md)")
     p.add_argument("--report", metavar="DIR",
                    help="start nothing: re-read DIR's results.json and probe files, print table and "
                         "analysis; DIR is never written (--out writes results, table, plots there). "

@@ -36,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     for flag, what in SHAPE_FLAGS:
         g.add_argument(f"--{flag}", type=str, default=None, metavar="N", help=what)
     g.add_argument("--set", action="append", metavar="FIELD=N", default=None,
-                   help="any integer shape field, e.g. q_lora_rank=64 (repeatable; docs/tiny.md)")
+                   help="any integer shape field, e.g. q_lora_rank=64 (repeatable; docs/reference/tiny.md)")
     p.add_argument("--trained-on", metavar="LAYERS", default=None,
                    help="wiring construction: the draft is right only when SGLang captures the "
                         "outputs of exactly these layers (our convention, e.g. 2,16,29); needs P")
@@ -46,12 +46,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--regions", metavar="P1,P2[,...]", default=None,
                    help="tree construction with prompt regions: rank-0 probability per region "
                         "(easy, medium, hard, ...); a chat prompt ending with a region's marker word "
-                        "walks that region (docs/tiny.md, Trees)")
+                        "walks that region (docs/reference/tiny.md, Trees)")
     p.add_argument("--paths", metavar="N", default=None,
                    help="chain build whose prompts walk N different paths: the chat template ends with "
                         "the user's last word and prompts-paths.jsonl holds N prompts ending in "
                         "different words, each starting the walk elsewhere (bench / scan --prompts "
-                        "it; needs P; docs/tiny.md)")
+                        "it; needs P; docs/reference/tiny.md)")
     p.add_argument("--tree", action="append", metavar="STEPS,TOPK,DRAFT_TOKENS", default=None,
                    help="also print the expected accept length of this tree configuration (repeatable)")
     p.add_argument("--prompts", metavar="FILE", default=None,
@@ -126,7 +126,7 @@ def parse_tree(item: str) -> tuple[int, int, int]:
 
 
 def print_tree(info: dict, root, extra: list[str] | None) -> None:
-    """The tree expectation lines (docs/tiny.md, Trees)."""
+    """The tree expectation lines (docs/reference/tiny.md, Trees)."""
     from ..tiny import trees
 
     t = info["tree"]
@@ -228,7 +228,7 @@ def run(args: argparse.Namespace) -> int:
             for tokens, rng in d["request_range"].items():
                 lo, hi = rng["3"]
                 out.print(ind + f"  one request of {tokens} tokens lands in {lo:.2f}..{hi:.2f} at 3 steps, "
-                          "by its prompt's last token (docs/tiny.md, measured vs expected)",
+                          "by its prompt's last token (docs/reference/tiny.md, measured vs expected)",
                           highlight=False)
         if "paths" in d:  # the prompt set walks many stretches: its pooled figure is the one to expect
             pe = d["paths"]["expected_accept_len"]["256"]

@@ -1,6 +1,6 @@
 """Typed views of the JSON records passed between stages, with a checked, versioned round trip.
 
-Six kinds (docs/architecture.md, "Records"): the probes' window record (``eagle3_prof/1|2|3``),
+Six kinds (docs/reference/architecture.md, "Records"): the probes' window record (``eagle3_prof/1|2|3``),
 the bench result (``eagle3_bench/1``), the concurrency ladder (``eagle3_ladder/1``), the sweep
 results (``eagle3_sweep/1``), the scan result (``eagle3_scan/1``) and the open-loop bench
 (``eagle3_serving/1``). ``from_json(obj, origin)`` checks the schema name and version, the

@@ -284,7 +284,7 @@ def window_intervals(records: list[dict[str, Any]], bs: int | None) -> dict[str,
     the blocks): accept length over every verify of each window, and per-stream tok/s over the
     steady cycles at batch size ``bs`` (the by_batch entry, when ``bs`` is given). What the
     figure of a few windows is worth: on one repeated text the windows' edges cut requests at
-    stretches of their own choosing (docs/profiling.md)."""
+    stretches of their own choosing (docs/guide/profiling.md)."""
     every, at = [], []
     for r in records:
         w = r.get("window")
@@ -335,7 +335,7 @@ def summarize(run: ProfileRun, *, all_windows: bool = False) -> dict[str, Any]:
     recomputed from the summed counts when every window has them.
 
     Window 1 of a process holds its first decode cycles: SGLang's own start-up warm-up request and
-    the probes' lazy set-up. On the H200 (docs/gpu-results.md) that window's mean cycle was 10x
+    the probes' lazy set-up. On the H200 (docs/results.md) that window's mean cycle was 10x
     the steady state and moved a 22-window mean by 40 %, so it is left out when later windows
     exist, unless ``all_windows``; the summary says so.
     """

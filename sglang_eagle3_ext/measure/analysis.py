@@ -1,6 +1,6 @@
 """Arithmetic behind the recommendations: break-even, the cycle cost model, prediction from one run.
 
-Definitions (docs/architecture.md "Conventions"): accept length = tokens per request per verify
+Definitions (docs/reference/architecture.md "Conventions"): accept length = tokens per request per verify
 cycle, incl. the bonus token; speculation beats a no-spec baseline when
 accept_len > cycle_ms x baseline_tok_s / 1000.
 
@@ -110,7 +110,7 @@ def pooled_rates(keys: Sequence[tuple[int, Mapping[Any, Any]]]) -> list[float | 
 def model_check(rates: Sequence[float | None], measured: Mapping[int, float]) -> list[dict[str, Any]]:
     """The per-position model against the step counts measured on the same traffic: what the
     model's error is here (on one repeated text the cycle starts of a chain depend on its step
-    count, so the model misses by a few %: docs/profiling.md)."""
+    count, so the model misses by a few %: docs/guide/profiling.md)."""
     out = []
     for steps in sorted(measured):
         if not steps or measured[steps] is None or len(rates) < steps or any(r is None for r in rates[:steps]):

@@ -246,7 +246,7 @@ COLD_RATIO = 1.5  # a phase's mean over its own p90 in window 1 that marks a col
 def cold_start(aligned: ProfileRun | None) -> dict[str, Any] | None:
     """Window 1 (the process's first decode cycles since start) inside a client's span, holding a
     cold start: a draft or verify mean at least COLD_RATIO x that phase's own p90 (a few cycles of
-    a second or more among normal ones). On the H200 (docs/gpu-results.md, round 10) the first
+    a second or more among normal ones). On the H200 (docs/results.md, round 10) the first
     windows gave 1.8-16x and every later window of 7 files (rounds 9, 10) at most 1.25x; one short warm-up
     request does not reach it. The stall is estimated as cycles x (mean - p50) over both phases.
     None when window 1 is not in the span or shows none."""
@@ -275,7 +275,7 @@ def cold_note(cold: dict[str, Any], where: str) -> str:
             f"and holds a cold start: draft mean {d['mean_ms']:.1f} ms (p90 {d['p90_ms']:.1f}), verify mean "
             f"{v['mean_ms']:.1f} ms (p90 {v['p90_ms']:.1f}) over {cold['cycles']} cycles, about "
             f"{cold['stall_s']:.1f} s of stalls in the client's figures; give the server an unmeasured run "
-            f"first before comparing it (docs/bench.md)")
+            f"first before comparing it (docs/guide/bench.md)")
 
 
 def agreement(summary: dict[str, Any], client: dict[str, Any]) -> dict[str, Any]:

@@ -108,4 +108,4 @@ def calibration_hint(summary: Mapping[str, Any]) -> str | None:
     return (f"policy: its cycles delivered {-gap:.1f} % less per stream than its table expected (cycle-weighted "
             f"over {n} steady cycles): the scan's cycle costs are below this traffic's (longer contexts cost every cycle "
             f"more); `sgl-eagle3 calibrate {src} {summary.get('file', 'PROF.jsonl')} --out FILE` moves them "
-            "(docs/adaptive.md)")
+            "(docs/guide/adaptive.md)")

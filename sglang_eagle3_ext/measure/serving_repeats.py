@@ -2,7 +2,7 @@
 
 One open-loop run per server cannot tell a configuration from a stretch of host noise: on the lent
 GPUs one run in eight lost 4-8 % to slower prefills while its steady cycles were unchanged
-(docs/gpu-results.md, rounds 11 and 13). The fix is to alternate the contenders (A B, B A, ...) and
+(docs/results.md, rounds 11 and 13). The fix is to alternate the contenders (A B, B A, ...) and
 read them pooled: per (label, request rate) the mean of each figure over its runs with a 95 %
 Student-t interval, and against the baseline the runs paired by order (run i of a configuration
 with run i of the baseline: in an alternated schedule they ran next to each other), the mean of

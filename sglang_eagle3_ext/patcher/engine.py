@@ -225,7 +225,7 @@ def _write_all(env: SGLangEnv, pl: Plan, files: dict[str, FilePlan], prev_files:
                new_copies: set[str], names: list[str], written: list[FilePlan]) -> None:
     """The write phase of apply; ``written`` collects the files replaced (for a roll-back).
 
-    Crash safety (docs/patching.md): pristine copies first; then a "pending" manifest that lists
+    Crash safety (docs/reference/patching.md): pristine copies first; then a "pending" manifest that lists
     every file this run may touch with every hash it may have meanwhile (original, the new patched
     bytes, and the bytes of the set applied before); then the files; then the final manifest. A
     kill at any point leaves each file original, patched by the old set or patched by the new one,

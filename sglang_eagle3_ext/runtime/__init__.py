@@ -5,5 +5,5 @@ Every module under this package imports only the standard library (and other mod
 package) at module level, never raises into SGLang and costs nothing when off;
 tests/test_boundary.py enforces the import rule. The workbench (CLI, bench, sweep, scan, patcher
 engine, tiny) lives above it and may import anything; nothing here imports the workbench at
-module level. docs/architecture.md, "Two sides".
+module level. docs/reference/architecture.md, "Two sides".
 """

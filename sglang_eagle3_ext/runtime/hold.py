@@ -11,9 +11,9 @@ or block): no random module, no wall time, no seed to share, so every rank draws
 not a fixed rotation: on one repeated text at temperature 0 (every request the same prompt) a
 fixed rotation with a fixed block length locks to the request's length, and each step count's
 blocks land on the same stretches of every request; its accept length is then that stretch's,
-not the text's (on the H200 up to 7 % off a separately started server, docs/scan.md). A shuffled
+not the text's (on the H200 up to 7 % off a separately started server, docs/guide/scan.md). A shuffled
 order and block lengths that do not divide any request length spread every step count over the
-whole text. Stdlib only (runs inside SGLang). docs/plugin.md.
+whole text. Stdlib only (runs inside SGLang). docs/reference/plugin.md.
 """
 
 from __future__ import annotations

@@ -187,9 +187,9 @@ MOE = Setting("SGLANG_EAGLE3_MOE", _path, None, "folder of a `tiny --shape moe` 
 DRAFT = Setting("SGLANG_EAGLE3_DRAFT", _text, None, "draft folder name inside a shape build (e.g. "
                 "draft-0.8 of an acceptance list), expanded in the shape presets", "cli")
 PROFILE_METRICS = Setting("EAGLE3_PROFILE_METRICS", _bool, False, "publish each window on SGLang's "
-                          "/metrics (docs/metrics.md)", "sglang")
+                          "/metrics (docs/guide/metrics.md)", "sglang")
 PROFILE_BASELINE_TPS = Setting("EAGLE3_PROFILE_BASELINE_TPS", _pos_float, None, "baseline tok/s for the "
-                               "break-even margin gauge (docs/metrics.md)", "sglang")
+                               "break-even margin gauge (docs/guide/metrics.md)", "sglang")
 DEBUG = Setting("SGLANG_EAGLE3_DEBUG", _bool, False, "show the traceback of an unexpected error instead "
                 "of the one-line report", "cli")
 # --- ours, written by `launch` and read inside SGLang processes --------------------------------
@@ -198,7 +198,7 @@ AUX_LAYERS = Setting("SGLANG_EAGLE3_AUX_LAYERS", _text, None, "aux hidden-state 
                      "sglang")
 NCCL = Setting("SGLANG_EAGLE3_NCCL", _text, None, "NCCL preset name from launch/nccl.yaml, applied by the "
                "plugin in every process", "sglang")
-# --- step control inside SGLang (stepctl.py; the plugin installs a decider, docs/plugin.md) ---------
+# --- step control inside SGLang (stepctl.py; the plugin installs a decider, docs/reference/plugin.md) ---------
 HOLD = Setting("SGLANG_EAGLE3_HOLD", _pos_int, None, "hold schedule: mean cycles per block (each "
                "N/2..3N/2); the adaptive controller holds each candidate step count in turn "
                "(0.5.13+, `scan`)", "sglang")
@@ -250,7 +250,7 @@ def adopt_old_names(environ: dict[str, str] | os._Environ[str] | None = None) ->
 
 
 def table() -> str:
-    """Markdown table of every variable (docs/architecture.md embeds this text)."""
+    """Markdown table of every variable (docs/reference/architecture.md embeds this text)."""
     rows = ["| variable | default | read by | meaning |", "|---|---|---|---|"]
     for s in ALL:
         old = f" (was `{s.old}`)" if s.old else ""

@@ -2,7 +2,7 @@
 
 Importing SGLang takes 8-16 s and can fail on a CPU box, so everything here reads files:
 package metadata for the version, and the eagle worker sources (stdlib ``ast``) for the
-structural family named in docs/compatibility.md (V1a ... V2c, from the version map, section 2.1).
+structural family named in docs/reference/compatibility.md (V1a ... V2c, from the version map, section 2.1).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ switches meanwhile). Decisions must be a pure function of events identical on ev
 
 Stdlib only at module level (it runs in SGLang's scheduler processes); the hooks never raise into
 SGLang once serving (a failing decider falls back to SGLang's own rule), but refuse to start, with
-the reason, when asked for something this release or this rank cannot do. docs/plugin.md.
+the reason, when asked for something this release or this rank cannot do. docs/reference/plugin.md.
 """
 
 from __future__ import annotations

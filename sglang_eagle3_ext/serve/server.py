@@ -478,7 +478,7 @@ def _group_is_ours(info: dict[str, Any]) -> bool:
 
 def scheduler_pids(pgid: int) -> list[int]:
     """The scheduler processes of one server (its process group; SGLang titles them
-    ``sglang::scheduler*``): where EAGLE3_PROFILE_TOGGLE's signal goes (docs/profiling.md)."""
+    ``sglang::scheduler*``): where EAGLE3_PROFILE_TOGGLE's signal goes (docs/guide/profiling.md)."""
     pids = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():

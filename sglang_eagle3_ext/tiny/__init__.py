@@ -4,7 +4,7 @@
 ``draft-P/`` per value of a list) plus ``tiny.json`` (what was built, and the acceptance the
 construction predicts). Nothing is downloaded: weights come from a seeded torch generator (on the
 GPU when there is one), the tokenizer is a byte-level BPE trained in-process on synthetic text.
-docs/tiny.md explains the shapes and constructions.
+docs/reference/tiny.md explains the shapes and constructions.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Pieces of the constructions that do not depend on the architecture (docs/tiny.md).
+"""Pieces of the constructions that do not depend on the architecture (docs/reference/tiny.md).
 
 - ``partial_maps``: f (the target's next token) and g (the draft's) over the tokenizer's ids;
 - ``readout``: a linear layer whose argmax over given inputs is given labels, by a margin in bf16;

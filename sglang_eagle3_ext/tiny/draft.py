@@ -45,7 +45,7 @@ def draft_config(s: Shape, special: dict[str, int], partial: bool, aux_config_id
     })
     if partial:
         # SGLang >= 0.5.12: the hidden carried to the next draft step is the *normed* output, whose
-        # scale we set with norm.weight (see docs/tiny.md, "partial acceptance").
+        # scale we set with norm.weight (see docs/reference/tiny.md, "partial acceptance").
         cfg["norm_output"] = True
         cfg.update(rope_fields(DRAFT_ROPE_THETA))
     return cfg
@@ -90,7 +90,7 @@ def norm_scale(s: Shape) -> float:
 
 def make_partial(s: Shape, dw: dict[str, Any], embed_tok: Any, code_dims: list[int],
                  gmap: list[int]) -> None:
-    """Turn random draft weights into "next token = g(input token)" (docs/tiny.md, step 2).
+    """Turn random draft weights into "next token = g(input token)" (docs/reference/tiny.md, step 2).
 
     ``embed_tok``: the embedding rows of the tokenizer's ids (float); ``code_dims``: embedding dims
     that differ between tokens (+-1), which q and k match on.

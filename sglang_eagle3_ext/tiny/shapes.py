@@ -1,7 +1,7 @@
 """Model shapes for `sgl-eagle3 tiny --shape NAME`: the dimensions, overrides and their checks.
 
 A shape is pure data (no torch): the target architecture and sizes, the draft's sizes, and the
-aux layers a real draft of that model reads. The constructions (docs/tiny.md) are written against
+aux layers a real draft of that model reads. The constructions (docs/reference/tiny.md) are written against
 these fields only, so the same code builds a shape at its real size on a GPU and scaled down on a
 CPU for the tests.
 """
@@ -138,7 +138,7 @@ LLAMA3_8B = Shape(name="llama3-8b", arch="llama", vocab=128256, hidden=4096, lay
 
 # DeepSeek-V3 / Kimi-K2.5 architecture at Kimi's width (hidden 7168, 64 MLA heads, MLA ranks, expert
 # MLP 2048, 8 active + 1 shared, one leading dense layer, n_group 1) with 16 layers and 32 routed
-# experts: 52 GB of bf16 weights (docs/tiny.md, "why these MoE dims"). Aux layers as Kimi-K2.5's
+# experts: 52 GB of bf16 weights (docs/reference/tiny.md, "why these MoE dims"). Aux layers as Kimi-K2.5's
 # draft reads them on 61 layers (outputs of 2, 30, 58), scaled: outputs of 2, N/2, N-3.
 MOE = Shape(name="moe", arch="deepseek", vocab=163840, hidden=7168, layers=16, heads=64, kv_heads=64,
             head_dim=192, intermediate=18432, rope_theta=50000.0, rms_eps=1e-6, std=0.01,

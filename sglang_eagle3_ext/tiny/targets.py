@@ -63,7 +63,7 @@ def target_config(s: Shape, special: dict[str, int]) -> dict[str, Any]:
 
 
 def writer_mlp_prefix(s: Shape, i: int) -> str:
-    """The MLP of layer i whose output is a plain linear map we control (docs/tiny.md, wiring):
+    """The MLP of layer i whose output is a plain linear map we control (docs/reference/tiny.md, wiring):
     the dense MLP, or the shared expert of a MoE layer."""
     if s.arch == "llama" or i < s.dense_layers:
         return f"model.layers.{i}.mlp."

@@ -1,4 +1,4 @@
-"""The tree construction (`tiny --acceptance P --alternatives A1,A2,...`, docs/tiny.md "Trees").
+"""The tree construction (`tiny --acceptance P --alternatives A1,A2,...`, docs/reference/tiny.md "Trees").
 
 The target is the partial target of the same seed (next token f(last token), one random cycle on
 the hot ids). The draft proposes, for every hot input x, K_DESIGN ranked candidates
@@ -439,7 +439,7 @@ def make_tree_draft(s: Any, dw: dict[str, Any], embed_tok: Any, code_dims: list[
                     m: TreeMaps, g_map: list[int]) -> None:
     """The partial draft (attention copies the current token's code) with the tree readout and a
     tiny final-norm weight, so the hidden carried to the next draft step cannot move the fine
-    logit gaps (docs/tiny.md, "Trees")."""
+    logit gaps (docs/reference/tiny.md, "Trees")."""
     import torch
 
     from . import draft as dr

@@ -1,5 +1,5 @@
 """The wiring construction (`tiny --trained-on 2,16,29`): a draft that is right only when SGLang
-captures exactly the layers it was "trained on" (docs/tiny.md, "wiring").
+captures exactly the layers it was "trained on" (docs/reference/tiny.md, "wiring").
 
 Residual-stream layout of the target (H = hidden, A = H/4):
 - dims [0, A-1): token code, +-1 (the target's lm_head and the draft read only these);

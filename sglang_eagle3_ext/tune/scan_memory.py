@@ -48,7 +48,7 @@ def estimate_memory(model: str | None, draft: str | None, candidates: list[int],
     fp32 x s. Activations only: it leaves out what SGLang's graph pools keep besides them
     (workspaces, attention metadata, pool granularity), so it is a floor, not a forecast: on the
     H200 the MoE shape at batch 8 measured 0.23-1.02 GiB per state against 0.01-0.04 estimated
-    (docs/gpu-results.md, round 5). The measured line is the figure to trust.
+    (docs/results.md, round 5). The measured line is the figure to trust.
     """
     t, d = _cfg_json(model), _cfg_json(draft)
     b_cap = _extra_int(extra, "--cuda-graph-max-bs-decode", "--cuda-graph-max-bs")

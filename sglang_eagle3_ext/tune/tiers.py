@@ -1,6 +1,6 @@
 """Speculation under load: per-batch-size figures, a cost model over tokens in flight, a tier verdict.
 
-Inputs of one steps x concurrency sweep (docs/sweep.md):
+Inputs of one steps x concurrency sweep (docs/guide/sweep.md):
 - **measured**: per config (steps; 0 = no speculation) and concurrency level, the client's
   per-stream decode tok/s and total tok/s (bench ladder);
 - **probes**: per profiled config, the steady cycles per batch size (``by_batch`` of the

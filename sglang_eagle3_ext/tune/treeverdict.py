@@ -1,4 +1,4 @@
-"""Chain or tree, per load: the verdict of a sweep over topk x draft tokens x steps (docs/sweep.md).
+"""Chain or tree, per load: the verdict of a sweep over topk x draft tokens x steps (docs/guide/sweep.md).
 
 Trees cannot switch inside one server, so every (steps, topk, draft tokens) is its own config,
 each benched over the concurrency ladder. Per concurrency level (= batch size) this compares the

@@ -1,4 +1,4 @@
-"""Real-shape runs on the lent H200 (docs/gpu-results.md, round 3): one plan per device call.
+"""Real-shape runs on the lent H200 (docs/results.md, round 3): one plan per device call.
 
 Every plan builds its models with our own `sgl-eagle3 tiny --shape ...` (skipped when a previous
 call on the same warm machine left them in /tmp/campaign), starts its servers (the first alone,

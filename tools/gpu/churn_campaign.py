@@ -1,7 +1,7 @@
 """H200 round 10 (issue 33): the policy under open-loop churn with only the states its table can
 choose, every run on a flushed radix cache, and the bench_serving twin on both its backends.
 
-Round 9 left two confounds and one lead (docs/gpu-results.md, round 9): the twin's 16 req/s pair
+Round 9 left two confounds and one lead (docs/results.md, round 9): the twin's 16 req/s pair
 and static 4's open-loop figures ran on prefixes an earlier client had left in the radix cache;
 bench_serving's ``sglang-oai-chat`` ITL re-tokenizes each chunk's text; the policy's tail went
 with six adaptive states. Two plans, meant to run back to back on one warm machine (the servers
@@ -301,7 +301,7 @@ def plan_r12s(out: Path) -> dict[str, Any]:
     """Issue 33's open scan row on any one GPU (2026-12-06: no H200 came for r12m): the scan on
     EIGHT different texts of the 8B paths build (steps 2 and 4 at 1 and 16 streams, one start),
     against static 2 and static 4 started separately and benched on the same texts
-    (round 9 ran the ONE-text half: docs/gpu-results.md)."""
+    (round 9 ran the ONE-text half: docs/results.md)."""
     fresh_work()
     statics = V.statics_8b(out)
     sets = V.prompt_sets("8bp", out)

@@ -1,6 +1,6 @@
-"""The whole flow on one GPU, for docs/gpu-results.md: both probe routes, three timing modes,
+"""The whole flow on one GPU, for docs/results.md: both probe routes, three timing modes,
 profiling off vs on, oracle / random / partial drafts, a steps sweep with the one-run prediction,
-and a byte-exact revert. Run on the H200 through tools/gpu/run.sh (see docs/gpu-results.md).
+and a byte-exact revert. Run on the H200 through tools/gpu/run.sh (see docs/results.md).
 
 Start-up dominates on a fresh machine (SGLang JIT-compiles kernels during the first CUDA-graph
 capture), so every server is started before any is measured: one first (it warms the JIT cache),

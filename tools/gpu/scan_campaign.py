@@ -495,7 +495,7 @@ def plan_moe4b(out: Path, model: str = "moe") -> dict[str, server.Server]:
 
 
 def plan_moe5(out: Path) -> dict[str, server.Server]:
-    """moe4 on traffic that walks many paths (`tiny --paths 32`, docs/tiny.md): the scan, the
+    """moe4 on traffic that walks many paths (`tiny --paths 32`, docs/reference/tiny.md): the scan, the
     policy's online rates and every server's bench cycle through 32 prompts whose walks start at
     32 different points, so a step count's acceptance is no longer one stretch's (round 7: the
     policy's model was 4.7 % low for 3 steps on the one chat path, benchmarks/policy_path_bias.py)."""

@@ -43,7 +43,7 @@ KV_TOKENS = {"8b": 32768, "moe": 16384}  # open-loop prompts up to 1000 + answer
 LOADS = [1, 16]
 SCAN_MOE_R8 = C.REPO / "docs" / "data" / "h200-2026-12-02-r8" / "moe5" / "scan-moe"
 # open loop: requests/s from light load to saturation, seconds of arrivals per rate, and the SLO
-# goodput is counted against (docs/gpu-results.md round 9 says why these)
+# goodput is counted against (docs/results.md round 9 says why these)
 RATES = {"8b": [2, 8, 32], "moe": [1, 3, 8]}
 DURATION = {"8b": 15, "moe": 15}
 SLO = {"8b": "ttft=300,tpot=6", "moe": "ttft=600,tpot=12"}
@@ -160,7 +160,7 @@ def open_loop_rounds(names: list[tuple[str, Any]], tr: Path, shape: str, out: Pa
 
 def twin(sv: Any, target: Path, tr: Path, out: Path, rates: list[float] = TWIN_RATES) -> None:
     """Ours beside bench_serving on one server, same traffic file, rates, request count and seed
-    (our --seed/--order shuffle reproduce its sharegpt order and exponential gaps, docs/bench.md);
+    (our --seed/--order shuffle reproduce its sharegpt order and exponential gaps, docs/guide/bench.md);
     the order alternates per rate."""
     d = out / "twin"
     d.mkdir(parents=True, exist_ok=True)

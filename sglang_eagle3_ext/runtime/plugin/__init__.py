@@ -9,7 +9,7 @@ selects for the installed tree (one probe map for both routes), and each is chec
 release's source (stdlib ``ast``, no import): a release that lacks a method gets no hook for it,
 and says so. SGLang's
 ``HookRegistry`` only logs a target it cannot resolve, so after SGLang applies the hooks we check
-each one we asked for and name every one that is missing (see ``_verify``). docs/plugin.md.
+each one we asked for and name every one that is missing (see ``_verify``). docs/reference/plugin.md.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def _register(sw: dict[str, Any]) -> None:
         _apply_nccl(sw["nccl"])
     if procstate._S.role in _NO_HOOK_ROLES:
         return
-    if sw["profile"] and procstate._S.role == "scheduler":  # families on /metrics from startup (docs/metrics.md)
+    if sw["profile"] and procstate._S.role == "scheduler":  # families on /metrics from startup (docs/guide/metrics.md)
         from ..probes import metrics
 
         metrics.register_families()

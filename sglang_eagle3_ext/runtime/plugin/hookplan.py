@@ -22,7 +22,7 @@ def switches(environ: dict[str, str] | os._Environ[str] | None = None) -> dict[s
         "profile": bool(settings.PROFILE.get(environ)),
         "nccl": settings.NCCL.get(environ),
         "aux_layers": settings.AUX_LAYERS.get(environ),
-        "step_control": stepctl.requested(environ)[0],  # "hold" / "policy" / None (docs/plugin.md)
+        "step_control": stepctl.requested(environ)[0],  # "hold" / "policy" / None (docs/reference/plugin.md)
     }
 
 

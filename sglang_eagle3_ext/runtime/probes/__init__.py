@@ -3,7 +3,7 @@
 Per decode cycle it times draft / verify / extend (+ "other" = cycle minus phases), counts the
 tokens accepted (incl. the bonus token) and the acceptance per draft position, and every
 ``EAGLE3_PROFILE_EVERY`` cycles prints the EAGLE3_PROF block (stderr -> server log) and appends one
-``eagle3_prof/3`` JSONL record (every TP rank its own file; the block from rank 0). See docs/profiling.md.
+``eagle3_prof/3`` JSONL record (every TP rank its own file; the block from rank 0). See docs/guide/profiling.md.
 
 With ``EAGLE3_PROFILE`` unset (read once at import) every call returns at once: no torch import,
 no torch call, no allocation. ``reset()`` re-reads the environment (tests, demo).

@@ -1,4 +1,4 @@
-"""Phase metrics on SGLang's own ``/metrics`` (``EAGLE3_PROFILE_METRICS=1``; docs/metrics.md).
+"""Phase metrics on SGLang's own ``/metrics`` (``EAGLE3_PROFILE_METRICS=1``; docs/guide/metrics.md).
 
 SGLang started with ``--enable-metrics`` sets ``PROMETHEUS_MULTIPROC_DIR`` before it spawns its
 processes, and its ``/metrics`` route reads every process's prometheus_client files through a

@@ -1,7 +1,7 @@
 """Turn one window of resolved cycle timings and accept counts into a record and a text block.
 
 Pure functions over plain numbers: no timers, no torch. The record is schema ``eagle3_prof/3``
-(docs/architecture.md; /2 = /1 plus the steady / boundary / by_batch split of issue 15; /3 = /2
+(docs/reference/architecture.md; /2 = /1 plus the steady / boundary / by_batch split of issue 15; /3 = /2
 plus ``by_key`` and ``control``, every cycle tagged with what ran it, issue 22); the block is the
 seeds' EAGLE3_PROF layout plus the timing mode, "(incl. bonus)" on the accept length, three lines
 saying which cycles are steady decode and what the boundary cycles cost, and one saying which
