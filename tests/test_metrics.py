@@ -278,7 +278,7 @@ def test_grafana_dashboard_uses_only_published_names():
     src = (releases.fetch("0.5.23") / "sglang" / "srt" / "observability" / "metrics_collector.py").read_text()
     for n in theirs:
         assert f'name="{n}"' in src, n
-    assert (REPO / "docs" / "metrics.md").read_text().count("sglang:eagle3_") >= len(FAMILIES)
+    assert (REPO / "docs" / "guide" / "metrics.md").read_text().count("sglang:eagle3_") >= len(FAMILIES)
 
 
 @pytest.mark.parametrize("version", ["0.5.12.post1", "0.5.13", "0.5.16", "0.5.19", "0.5.23"])

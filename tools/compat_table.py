@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("versions", nargs="*")
     ap.add_argument("--min", default="0.4.9")
-    ap.add_argument("--out", default=str(REPO / "docs" / "compatibility.md"))
+    ap.add_argument("--out", default=str(REPO / "docs" / "reference" / "compatibility.md"))
     args = ap.parse_args(argv)
     versions = args.versions or published(args.min)
     rows = []
