@@ -1,0 +1,103 @@
+"""The scan grid as a picture: per-stream tok/s of every state (step count, or tree) x batch
+size, coloured by its share of that batch size's best, the best per batch size (tier) boxed;
+the plain server's row on top when the scan benched one.
+
+A state's label is the cell's own ``state`` text when it carries one (any label: ``c5``,
+``t5x4x21``), else ``N steps`` for a chain and ``tSxKxD`` (steps x topk x draft tokens) for a tree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .plot import Target, _plt, figure, save
+
+PLAIN = "plain (no spec)"
+
+
+def state_label(cell: dict[str, Any]) -> str:
+    s = cell.get("state")
+    if isinstance(s, str) and s:
+        return s
+    steps, topk = cell["steps"], cell.get("topk") or 1
+    if topk > 1:
+        return f"t{steps}x{topk}x{cell.get('draft_tokens') or '?'}"
+    return "step 0" if steps == 0 else f"{steps} step{'s' if steps > 1 else ''}"
+
+
+def _order(cell: dict[str, Any]) -> tuple[Any, ...]:
+    return ((cell.get("topk") or 1) > 1, cell["steps"], cell.get("topk") or 1, cell.get("draft_tokens") or 0,
+            state_label(cell))
+
+
+def grid(doc: dict[str, Any]) -> dict[str, Any]:
+    """What the picture shows, without matplotlib: ``states`` (labels, chains then trees, fewer
+    steps first), ``sizes`` (batch sizes), ``rate`` {(state, bs): per-stream tok/s}, ``best``
+    {bs: state} (ties: the first state in order, as scan's best per tier), ``plain`` {bs: tok/s}."""
+    from ..documents.scan_doc import cell_rate, main_cells
+
+    cells = sorted((c for c in main_cells(doc) if cell_rate(c)), key=_order)
+    states: list[str] = []
+    rate: dict[tuple[str, int], float] = {}
+    for c in cells:
+        lab = state_label(c)
+        if lab not in states:
+            states.append(lab)
+        rate.setdefault((lab, c["bs"]), float(cell_rate(c) or 0.0))
+    sizes = sorted({bs for _, bs in rate})
+    best = {}
+    for bs in sizes:
+        here = [(rate[(s, bs)], -i, s) for i, s in enumerate(states) if (s, bs) in rate]
+        best[bs] = max(here)[2]
+    plain = {int(k): v["per_stream_tok_s"] for k, v in (doc.get("baseline") or {}).items()
+             if v.get("per_stream_tok_s")}
+    return {"states": states, "sizes": sizes, "rate": rate, "best": best, "plain": plain}
+
+
+def plot_scan(doc: dict[str, Any], path: Target, title: str | None = None) -> Any:
+    """The grid (one row per state, one column per batch size); None when no cell has a rate."""
+    from matplotlib.patches import Rectangle
+
+    g = grid(doc)
+    if not g["rate"]:
+        return None
+    plt = _plt()
+    rows = ([PLAIN] if g["plain"] else []) + g["states"]
+    sizes = g["sizes"]
+
+    def value(r: str, bs: int) -> float | None:
+        return g["plain"].get(bs) if r == PLAIN else g["rate"].get((r, bs))
+
+    top = {bs: max(v for r in rows if (v := value(r, bs)) is not None) for bs in sizes}
+    share = [[(v / top[bs]) if (v := value(r, bs)) is not None else float("nan") for bs in sizes] for r in rows]
+    lo = min(min(x for x in row if x == x) for row in share if any(x == x for x in row))
+    fig, ax = figure(plt, figsize=(3.2 + 1.5 * len(sizes), 1.6 + 0.48 * len(rows)))
+    cmap = plt.get_cmap("viridis").with_extremes(bad="#eeeeee")
+    im = ax.imshow(share, cmap=cmap, vmin=min(lo, 0.8), vmax=1.0, aspect="auto")
+    for i, r in enumerate(rows):
+        for j, bs in enumerate(sizes):
+            v = value(r, bs)
+            if v is None:
+                ax.text(j, i, "-", ha="center", va="center", fontsize=9, color="#777777")
+                continue
+            ref = g["plain"].get(bs)
+            vs = f"\n{(v / ref - 1) * 100:+.0f}% vs plain" if ref and r != PLAIN else ""
+            dark = (share[i][j] - im.norm.vmin) / max(im.norm.vmax - im.norm.vmin, 1e-9) < 0.55
+            is_best = g["best"].get(bs) == r
+            ax.text(j, i, f"{v:.1f}{vs}", ha="center", va="center", fontsize=8 if vs else 9,
+                    color="white" if dark else "black", fontweight="bold" if is_best else "normal")
+            if is_best:
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="#d62728", linewidth=2.5))
+    ax.set_xticks(range(len(sizes)))
+    ax.set_xticklabels([str(bs) for bs in sizes])
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels(rows)
+    ax.set_xlabel("batch size (streams in flight)")
+    ax.set_ylabel("state (steps; tSxKxD = tree)")
+    ax.tick_params(length=0)
+    bar = fig.colorbar(im, ax=ax, shrink=0.9)
+    bar.set_label("share of the batch size's best", fontsize=8)
+    model = str(doc.get("model") or "").rstrip("/").rsplit("/", 2)[-2:]
+    ax.set_title(title or f"scan{' of ' + '/'.join(model) if model and model[0] else ''}: per-stream tok/s\n"
+                 "steady decode cycles; red box = best state per batch size", fontsize=10)
+    return save(plt, fig, path, mkdir=not hasattr(path, "write"))
