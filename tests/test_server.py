@@ -53,7 +53,10 @@ def detached_cpu_server(tmp_path: Path, extra_env: dict[str, str], extra_args: l
     port, pid_file, log = free_port(), tmp_path / "srv.json", tmp_path / "server.log"
     argv = [sys.executable, "-m", "sglang_eagle3_ext", "launch", "--no-spec", "--model", str(models.target),
             "--port", str(port), "--log", str(log), "--timeout", "240", "--no-sglang-check", "--detach",
-            "--pid-file", str(pid_file), "--", "--device", "cpu", "--mem-fraction-static", "0.05",
+            "--pid-file", str(pid_file),
+            # exported probe settings reach a server only with --profile (stepenv: never stray probes)
+            *(["--profile"] if extra_env.get("EAGLE3_PROFILE") == "1" else []),
+            "--", "--device", "cpu", "--mem-fraction-static", "0.05",
             "--max-total-tokens", "2048", *extra_args]
     p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:] + (log.read_text()[-3000:] if log.exists() else "")

@@ -112,9 +112,11 @@ def run(args: argparse.Namespace) -> int:
     from ..serve import server as srv
 
     _validate(args)
-    from ..serve.stepenv import refuse_exported
+    from ..serve.stepenv import command_notes, refuse_exported
 
     refuse_exported("demo")  # an exported SGLANG_EAGLE3_HOLD / _POLICY would drive the demo's server
+    for note in command_notes("demo"):  # our NCCL / probe variables: not passed to its servers
+        err.print(f"note: {note}", highlight=False, markup=False)
     env = locate(args.sglang_root)
     route = choose_route(args.route, env)
     gpu = gpu_name()

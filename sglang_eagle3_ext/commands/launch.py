@@ -84,8 +84,20 @@ def build_config(args: argparse.Namespace):
 
 
 def _print_command(argv: list[str], env: dict[str, str], title: str | None = None) -> None:
+    import os
+
+    from ..serve.stepenv import inherited
+
     if title:
         out.print(f"# {title}", highlight=False, markup=False)
+    dropped, kept = inherited(os.environ, env)
+    if dropped:  # exported in this shell, not passed on: `unset` lines keep a pasted command faithful
+        out.print("# exported in this shell, not passed to the server (the launch sets these from its own "
+                  "flags; docs/guide/launch.md)", highlight=False, markup=False)
+        out.print(f"unset {' '.join(shlex.quote(k) for k in dropped)}", highlight=False, markup=False)
+    if kept:
+        out.print("# inherited from this shell (probe settings no flag sets): "
+                  + " ".join(f"{k}={shlex.quote(v)}" for k, v in kept.items()), highlight=False, markup=False)
     if env:
         # `export` lines, names and values shell-quoted: pasted into a shell before the command,
         # the server sees exactly these values (a bare NAME=value line would not be exported)
@@ -117,6 +129,31 @@ def _notes(notes: list[str]) -> None:
         err.print(f"note: {n}", highlight=False, markup=False)
 
 
+def _env_notes(cfg, preset: str | None) -> list[str]:
+    """What this launch inherits or drops from the shell, the preset file it read, and a
+    --profile-out file that already holds records (a restarted server appends to it)."""
+    import os
+
+    from ..runtime.settings import PRESETS
+    from ..serve import server
+    from ..serve.stepenv import inherited_notes
+
+    notes = inherited_notes(os.environ, server.build_command(cfg)[1])
+    if preset and PRESETS.is_set():  # which folder won: $SGLANG_EAGLE3_PRESETS or the repository's launch/
+        from ..serve.launch_config import find_preset
+
+        notes.insert(0, f"preset {preset}: read {find_preset(preset)} ({PRESETS.name}={PRESETS.raw()})")
+    if cfg.profile and cfg.profile_out:
+        from ..documents.prof_records import count_records
+
+        held = count_records(Path(cfg.profile_out).expanduser())
+        if held:
+            notes.append(f"--profile-out {cfg.profile_out} already holds {held} window record(s); this server "
+                         "appends after them (`profile` reads each server process's windows apart and leaves "
+                         "out each one's first window; another file keeps the runs apart)")
+    return notes
+
+
 def run(args: argparse.Namespace) -> int:
     from ..runtime.sglang_env import locate
     from ..serve import flags, server
@@ -124,7 +161,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = build_config(args)
     from ..serve.stepenv import refuse_exported
 
-    refuse_exported("launch")  # the dry run too: it shows what the real launch would do (refuse)
+    # the dry run too: it shows what the real launch would do (refuse); a value this launch sets wins
+    refuse_exported("launch", own={**cfg.env, **({"SGLANG_EAGLE3_AUX_LAYERS": "flag"} if cfg.aux_layers else {})})
     env = locate(args.sglang_root)
     try:
         notes = flags.validate(cfg, env, sglang_check=False if args.no_sglang_check else None)
@@ -139,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
         why = str(exc).split("(", 1)[-1].split(");", 1)[0]
         notes.append(f"SGLang's own argument check skipped for this dry run: it cannot import SGLang "
                      f"here ({why}). Our release rules passed; a real launch runs SGLang's check first")
-    _notes(notes)
+    _notes(notes + _env_notes(cfg, _split_words(args)[0]))
 
     if args.dry_run or cfg.nnodes > 1:
         if cfg.nnodes > 1:

@@ -116,7 +116,11 @@ def run(args: argparse.Namespace) -> int:
 
     aux_text = args.aux_layers if args.aux_layers is not None else settings.AUX_LAYERS.get()
     aux = layers.parse_layers(aux_text) if aux_text else None
-    rep = layer_check.check(target, draft, version, trained, aux)
+    exported = None  # an exported override is not --aux-layers: say where it came from
+    if aux is not None and args.aux_layers is None:
+        exported = (f"{settings.AUX_LAYERS.name}={aux_text} exported in this shell (plain SGLang with our plugin "
+                    "applies it; sgl-eagle3 launch refuses while it is exported)")
+    rep = layer_check.check(target, draft, version, trained, aux, aux_from=exported)
     if args.json:
         print_json(rep.to_dict())
     else:

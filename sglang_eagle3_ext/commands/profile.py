@@ -93,8 +93,11 @@ def _agree(s: dict[str, Any], run: Any, client: dict[str, Any], all_windows: boo
     a = client_twin.agreement(basis, client)
     a["windows"] = (aligned.notes[0] if aligned is not None else "every window of the file (no time overlap found)")
     recs = (aligned or run).records if run is not None else []
-    if not all_windows and len(recs) > 1 and recs[0].get("window") == 1:
-        recs = recs[1:]  # as summarize: window 1 is the process warm-up
+    if not all_windows:  # as summarize: each process's window 1 is its warm-up
+        from ..documents.prof_records import warmup_windows
+
+        starts = set(warmup_windows(recs))
+        recs = [r for i, r in enumerate(recs) if i not in starts]
     conc = client.get("concurrency")
     a["interval"] = accounting.window_intervals(recs, conc if a.get("basis", "").startswith("steady batch-") else None)
     return a

@@ -111,9 +111,11 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     from ..tune import scan, scan_memory
 
     preset, given = _split_words(args)
-    from ..serve.stepenv import refuse_exported
+    from ..serve.stepenv import command_notes, refuse_exported
 
     refuse_exported("scan")  # the scan sets the hold schedule for its own server only; POLICY would clash
+    for note in command_notes("scan"):  # our NCCL / probe variables: not passed to its servers
+        err.print(f"note: {note}", highlight=False, markup=False)
     env = locate(getattr(args, "sglang_root", None))
     loader, note = adaptive_format.hold_support(env)
     cands = scan.parse_steps(args.scan_steps)

@@ -142,9 +142,11 @@ def run(args: argparse.Namespace) -> int:
         for c in spec.configs:
             out.print(f"  {c.name}")
         return 0
-    from ..serve.stepenv import refuse_exported
+    from ..serve.stepenv import command_notes, refuse_exported
 
     refuse_exported("sweep")  # before any server: every config would run the exported schedule / policy
+    for note in command_notes("sweep"):  # our NCCL / probe variables: not passed to its servers
+        err.print(f"note: {note}", highlight=False, markup=False)
     if (out_dir / "results.json").exists() and not args.resume:
         raise UserError(f"{out_dir / 'results.json'} exists: pass --resume to continue it, or another --out",
                         exit_code=2)

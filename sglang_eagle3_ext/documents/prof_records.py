@@ -270,3 +270,24 @@ def rank_siblings(path: str | Path) -> list[Path]:
     p = Path(rank_base(path)[0])
     found = [(rank_base(q)[1], q) for q in p.parent.glob(p.name + ".rank*")]
     return [q for r, q in sorted((r, q) for r, q in found if r is not None)]
+
+
+def warmup_windows(records: list[dict[str, Any]]) -> list[int]:
+    """Indices of the records that open a server process's window count (``window`` 1): the
+    process's own warm-up. A probe file a restarted server appended to (or a profiler resumed by
+    its toggle signal, which counts from 1 again) holds one per start; every one of them is
+    warm-up, not just the file's first line. Empty when nothing would be left without them."""
+    starts = [i for i, r in enumerate(records) if r.get("window") == 1]
+    return starts if len(starts) < len(records) else []
+
+
+def count_records(path: Path) -> int:
+    """How many lines of an existing probe file look like window records (0: none, absent or
+    unreadable): `launch --profile-out` says when a server would append to earlier records."""
+    try:
+        if not path.is_file():
+            return 0
+        with open(path, "rb") as f:
+            return sum(1 for line in f if line.lstrip().startswith(b"{"))
+    except OSError:
+        return 0

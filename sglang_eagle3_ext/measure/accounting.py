@@ -6,7 +6,7 @@ import math
 import statistics
 from typing import Any
 
-from ..documents.prof_records import ProfileRun
+from ..documents.prof_records import ProfileRun, warmup_windows
 from ..runtime.probes.window import (
     CYCLE,
     PHASES,
@@ -341,10 +341,15 @@ def summarize(run: ProfileRun, *, all_windows: bool = False) -> dict[str, Any]:
     """
     recs = run.records
     notes = list(run.notes)
-    if not all_windows and run.kind == "jsonl" and len(recs) > 1 and recs[0].get("window") == 1:
-        notes.append(f"window 1 ({recs[0].get('cycles')} cycles, process warm-up) left out; "
+    starts = warmup_windows(recs) if not all_windows and run.kind == "jsonl" else []
+    if len(starts) == 1:
+        notes.append(f"window 1 ({recs[starts[0]].get('cycles')} cycles, process warm-up) left out; "
                      "--all-windows keeps it")
-        recs = recs[1:]
+    elif starts:  # a restarted server appended to the file: each process's warm-up window
+        notes.append(f"window 1 of each of {len(starts)} server processes in this file "
+                     f"({sum(int(recs[i].get('cycles') or 0) for i in starts)} cycles, process warm-up) "
+                     "left out; --all-windows keeps them")
+    recs = [r for i, r in enumerate(recs) if i not in set(starts)]
     w = [float(r.get("cycles") or 1) for r in recs]
     phases = {}
     for p in (*PHASES, CYCLE):

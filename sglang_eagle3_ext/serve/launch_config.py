@@ -195,7 +195,8 @@ def list_presets() -> dict[str, Path]:
     return found
 
 
-def _find_preset(path_or_name: str) -> Path:
+def find_preset(path_or_name: str) -> Path:
+    """The file a preset name or path reads (``$SGLANG_EAGLE3_PRESETS`` first, then launch/)."""
     p = Path(path_or_name).expanduser()
     if p.is_file():
         return p
@@ -266,7 +267,7 @@ def config_from_mapping(data: dict[str, Any], origin: str = "preset") -> LaunchC
 
 def load_preset(path_or_name: str) -> LaunchConfig:
     """Read ``launch/<name>.yaml`` (or any YAML file); UserError(2) if malformed or unknown keys."""
-    path = _find_preset(path_or_name)
+    path = find_preset(path_or_name)
     try:
         data = yaml_file(path, f"preset {path}")  # bounded: a regular file of at most 4 MiB (safeparse)
     except yaml.YAMLError as exc:

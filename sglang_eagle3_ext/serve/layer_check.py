@@ -128,12 +128,14 @@ def _fix_ids(family: Family, version: str, layers: list[Layer], num_layers: int)
 
 
 def check(target_cfg: dict, draft_cfg: dict, version: str,
-          trained_on: list[Layer] | None = None, aux_layers: list[Layer] | None = None) -> CheckReport:
+          trained_on: list[Layer] | None = None, aux_layers: list[Layer] | None = None,
+          aux_from: str | None = None) -> CheckReport:
     """What ``version`` will capture for this target/draft pair, and every problem with a fix.
 
     ``aux_layers``: the capture `launch --aux-layers` (SGLANG_EAGLE3_AUX_LAYERS) asks for; our
     override wraps the model's own set_eagle3_layers_to_capture, so prefill and decode (graphs
-    included) capture exactly those layers, whatever the draft config says."""
+    included) capture exactly those layers, whatever the draft config says. ``aux_from``: where
+    they came from when not ``--aux-layers`` (an exported variable), named in the rule line."""
     arch = config_arch(target_cfg, "target")
     family = family_for(arch)
     if family is None:
@@ -173,7 +175,7 @@ def check(target_cfg: dict, draft_cfg: dict, version: str,
         return rep
 
     if aux_layers is not None:
-        rep.rule = f"--aux-layers {format_layers(aux_layers)} (our override; the draft config's ids are not used)"
+        rep.rule = f"{aux_from or '--aux-layers ' + format_layers(aux_layers)} (our override; the draft config's ids are not used)"
     elif not reads_config_ids(version):
         rep.notes.append(f"SGLang {version} never reads the draft's layer ids: it captures the "
                          f"defaults {describe([from_loop(i) for i in prefill])} everywhere")

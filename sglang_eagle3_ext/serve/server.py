@@ -215,11 +215,10 @@ class Server:
             raise UserError(f"port {self.cfg.port} on {self.cfg.host} is already in use "
                             f"(another server? `sgl-eagle3 stop --all`, or pick --port)", 2)
         argv, add = self.command()
-        from .stepenv import refuse_exported
+        from .stepenv import child_env, refuse_exported
 
         refuse_exported("sgl-eagle3", self.environ, add)  # every caller: never silently drive a server
-        env = dict(self.environ)
-        env.update(add)
+        env = child_env(self.environ, add)  # our exported NCCL / probe variables: only what this launch sets
         if self.log_path.is_symlink():  # "wb" would truncate whatever it points at
             raise UserError(f"log {self.log_path}: a symbolic link; refused (the log is truncated at the "
                             "start: its target would be lost); give another --log", 2)
