@@ -12,13 +12,15 @@ import sys
 from pathlib import Path
 
 from . import __version__
+from .commands.flagnames import add_aliases
+from .commands.flagnames import parse_args as parse_known_names
 from .runtime.errors import UserError
 
 # Order is the order shown in --help. Modules are imported lazily, so `sgl-eagle3 doctor` never
 # pays for matplotlib or torch.
 COMMANDS = (
     "doctor", "patch", "layers", "launch", "stop", "bench", "compare", "profile", "sweep", "scan", "calibrate", "adaptive",
-    "tiny", "traffic", "demo",
+    "tiny", "traffic", "demo", "report",
 )
 # The commands that read an SGLang tree; the others (bench, compare, profile, stop, tiny) work on
 # servers, files or models only, so they do not offer --sglang-root.
@@ -49,6 +51,7 @@ def build_parser(commands: tuple[str, ...] = COMMANDS) -> argparse.ArgumentParse
             p.add_argument("--sglang-root", metavar="PATH", default=None,
                            help="an unpacked SGLang tree to use instead of the installed one")
         mod.add_arguments(p)
+        add_aliases(p, name)  # SGLang's / bench_serving's spellings of the same options
         p.set_defaults(_run=mod.run)
     return parser
 
@@ -58,7 +61,14 @@ def main(argv: list[str] | None = None) -> int:
 
     adopt_old_names()  # old names -> SGLANG_EAGLE3_*, one note each (SGLang owns the SGL_ prefix)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:  # an SGLang or bench_serving name we do not take: one line naming ours, exit 2
+        args = parse_known_names(parser, argv)
+    except UserError as exc:
+        from .commands.console import err
+
+        err.print("[bold red]error:[/] ", end="", highlight=False)
+        err.print(str(exc), markup=False, highlight=False)
+        return exc.exit_code
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2

@@ -276,6 +276,11 @@ def run(args: argparse.Namespace) -> int:
         render(doc)
     out.print(f"wrote {out_dir / 'scan.json'}" + (f", {doc['client_file']}" if doc.get("client_file") else "")
               + (f", {doc['adaptive']['path']}" if doc.get("adaptive") else ""), highlight=False, markup=False)
+    from ..measure.plot_scan import draw_beside
+
+    picture = draw_beside(doc, out_dir)  # scan.png beside scan.json, or one line saying why not
+    if picture:
+        (err if args.json else out).print(picture, highlight=False, markup=False)
     if doc["interrupted"]:
         return 130
     if not doc["cells"]:  # nothing to compare: not a result, whatever else was written

@@ -1,80 +1,21 @@
 """PNG plots of a sweep: tok/s per config with the baseline line; stacked per-phase ms per config;
 the concurrency ladder. The scan grid lives in plot_scan.py, open-loop latency in plot_serving.py.
 
-matplotlib is an optional dependency (``pip install 'sglang-eagle3-ext[plot]'``), imported only here
-and only when a plot is drawn, with the Agg backend (no display needed). Every plot writes to a
-path or to a binary file object (the report inlines the bytes). Labels never sit on the data:
-legends go outside the axes, bar annotations inside the bars.
+matplotlib is optional and imported only when a plot is drawn (plot_base.py). Labels never sit
+on the data: legends go outside the axes, bar annotations inside the bars.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from ..runtime.errors import UserError
 from ..runtime.probes.window import LABELS, PHASES
+from .plot_base import Target, figure, legend_below, legend_outside, pyplot, save
 
 PHASE_LABELS = {p: LABELS[p].lower() for p in PHASES}  # legend: the block's labels, lower case
 BASELINE_COLOR = "#9e9e9e"
 SPEC_COLOR = "#1f77b4"
-Target = str | Path | IO[bytes]
-
-
-def missing_reason() -> str | None:
-    """Why no plot can be drawn here (one line), or None when matplotlib imports."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        return "matplotlib is not installed: pip install 'sglang-eagle3-ext[plot]'"
-    return None
-
-
-def _plt() -> Any:
-    why = missing_reason()
-    if why:
-        raise UserError(f"plots need matplotlib ({why}); results and tables are written without it")
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def figure(plt: Any, *args: Any, **kw: Any) -> tuple[Any, Any]:
-    """plt.subplots with the constrained layout: it makes room for outside legends and tick labels."""
-    return plt.subplots(*args, layout="constrained", **kw)
-
-
-def save(plt: Any, fig: Any, path: Target, mkdir: bool = False, fmt: str = "png") -> Any:
-    """Write the figure (a path, or a binary file object for inline use) and close it."""
-    if isinstance(path, (str, Path)):
-        p = Path(path)
-        if mkdir:
-            p.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(p, dpi=120, format=fmt)
-        plt.close(fig)
-        return p
-    fig.savefig(path, dpi=120, format=fmt)
-    plt.close(fig)
-    return path
-
-
-def legend_outside(ax: Any, fontsize: int = 8, **kw: Any) -> Any:
-    """A legend to the right of the axes, where it cannot cover bars, lines or labels."""
-    return ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=fontsize,
-                     frameon=False, **kw)
-
-
-def legend_below(fig: Any, axes: Any, fontsize: int = 8) -> None:
-    """One legend for all panels, below them (the labels of the first panel that has any)."""
-    for ax in axes:
-        handles, labels = ax.get_legend_handles_labels()
-        if handles:
-            ncol = max(1, min(len(labels), 4))
-            fig.legend(handles, labels, loc="outside lower center", ncol=ncol, fontsize=fontsize, frameon=False)
-            return
 
 
 def _ok(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -92,7 +33,7 @@ def plot_tok_s(doc: dict[str, Any], path: Target) -> Any:
     ok = _ok(doc)
     if not ok:
         return None
-    plt = _plt()
+    plt = pyplot()
     avg = [c["bench"]["summary"]["decode_tok_s"]["avg"] or 0 for c in ok]
     peak = [c["bench"]["summary"]["decode_tok_s"].get("peak") for c in ok]
     fig, ax = figure(plt, figsize=(max(6.5, 0.9 * len(ok) + 3.5), 4.8))
@@ -125,7 +66,7 @@ def plot_phases(doc: dict[str, Any], path: Target) -> Any:
             rows.append((c, {p: (ph.get(p) or {}).get("mean_ms") or 0.0 for p in PHASES}))
     if not rows:
         return None
-    plt = _plt()
+    plt = pyplot()
     fig, ax = figure(plt, figsize=(max(6.5, 0.9 * len(rows) + 3.5), 4.8))
     xs = list(range(len(rows)))
     bottom = [0.0] * len(rows)
@@ -156,7 +97,7 @@ def _level_n(lv: dict[str, Any]) -> Any:
 def plot_ladders(docs: list[dict[str, Any]], path: Target) -> Any:
     """Two panels against concurrency (log2 axis): per-stream decode tok/s and total tok/s; the
     baseline ladder (a no-spec config) grey and dashed; one legend below both panels."""
-    plt = _plt()
+    plt = pyplot()
     fig, (a1, a2) = figure(plt, 1, 2, figsize=(11, 4.8))
     levels: set[int] = set()
     for d in docs:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .plot import Target, _plt, figure, save
+from .plot_base import Target, figure, pyplot, save
 
 PLAIN = "plain (no spec)"
 
@@ -61,7 +61,7 @@ def plot_scan(doc: dict[str, Any], path: Target, title: str | None = None) -> An
     g = grid(doc)
     if not g["rate"]:
         return None
-    plt = _plt()
+    plt = pyplot()
     rows = ([PLAIN] if g["plain"] else []) + g["states"]
     sizes = g["sizes"]
 
@@ -101,3 +101,24 @@ def plot_scan(doc: dict[str, Any], path: Target, title: str | None = None) -> An
     ax.set_title(title or f"scan{' of ' + '/'.join(model) if model and model[0] else ''}: per-stream tok/s\n"
                  "steady decode cycles; red box = best state per batch size", fontsize=10)
     return save(plt, fig, path, mkdir=not hasattr(path, "write"))
+
+
+def draw_beside(doc: dict[str, Any], out_dir: Any) -> str | None:
+    """scan.png beside scan.json: the line to print (written, or why not); None without cells.
+    The scan's results are on disk already: a picture that cannot be drawn never fails the scan."""
+    from pathlib import Path
+
+    from ..runtime.errors import UserError
+    from .plot_base import missing_reason
+
+    if not grid(doc)["rate"]:
+        return None
+    why = missing_reason()
+    if why:
+        return f"scan.png not drawn: {why}"
+    dest = Path(out_dir) / "scan.png"
+    try:
+        plot_scan(doc, dest)
+    except (UserError, OSError, ValueError) as exc:
+        return f"scan.png not drawn: {exc}"
+    return f"wrote {dest}"

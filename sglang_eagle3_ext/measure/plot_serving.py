@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from .plot import Target, _plt, figure, save
+from .plot_base import Target, figure, pyplot, save
 
 LATENCY = (("ttft_ms", "TTFT ms"), ("itl_ms", "ITL ms (per token)"), ("tpot_ms", "TPOT ms"))
 
@@ -53,7 +53,7 @@ def plot_serving(docs: list[dict[str, Any]], path: Target) -> Any:
     or a binary file object."""
     from matplotlib.lines import Line2D
 
-    plt = _plt()
+    plt = pyplot()
     data = series(docs)
     rates = sorted({r for by in data.values() for r in by}, key=_rate_key)
     pos = {r: i for i, r in enumerate(rates)}
