@@ -18,9 +18,12 @@ def split_preset_words(args: argparse.Namespace, prog: str,
         words, extra = words[:i], words[i + 1:]
     if not words:
         return None, extra
+    from .flagnames import add_aliases, parse_args
+
     p = argparse.ArgumentParser(prog=prog, add_help=False)
     add_options(p)
     p.add_argument("--sglang-root")
     p.add_argument("preset", nargs="?")
-    p.parse_args(words, namespace=args)  # argparse errors exit 2 with usage, like the main parser
+    add_aliases(p, prog.split()[-1])  # SGLang's spellings after the preset name too
+    parse_args(p, words, namespace=args)  # argparse errors exit 2 with usage, like the main parser
     return args.preset, extra
