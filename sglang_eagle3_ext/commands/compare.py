@@ -7,7 +7,7 @@ from typing import Any
 
 from ..measure import compare, serving_repeats
 from ..runtime.errors import UserError
-from .console import out, plain, print_json
+from .console import err, out, plain, print_json
 
 HELP = ("Compare bench results: tok/s avg and peak, accept length, % vs a baseline; "
         "ladders per concurrency level.")
@@ -28,13 +28,59 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="open-loop results: pool the runs of each label at each rate (mean, 95 %% interval "
                         "over runs) and pair run i with the baseline's run i (alternate the contenders: "
                         "A B, B A, ...)")
+    p.add_argument("--force", action="store_true",
+                   help="open-loop results of different workloads (max tokens, api, seed, prompts, SLOs, ...): "
+                        "compare anyway, with a warning line each (default: refused)")
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="also draw the files (needs matplotlib): open loop: TTFT / ITL / TPOT p50, p99 and goodput "
+                        "against the request rate; ladders: tok/s against concurrency; bench results: tok/s bars")
     p.add_argument("--markdown", action="store_true", help="print a Markdown table")
     p.add_argument("--json", action="store_true", help="machine-readable rows")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.plot is not None:
+        _check_plot(args.plot)  # before any reading: a bad path or no matplotlib is one line
+    rc = tables(args)
+    if args.plot is not None and rc == 0:
+        _plot(args)
+    return rc
+
+
+def _check_plot(path: str) -> None:
+    from ..documents.outputs import check_destination
+    from ..measure.plot_base import missing_reason
+
+    if not path.lower().endswith(".png"):
+        raise UserError(f"--plot {path}: give a .png file name (the plot is a PNG image)", exit_code=2)
+    check_destination(path, "--plot")
+    why = missing_reason()
+    if why:
+        raise UserError(f"--plot: {why} (or leave --plot out)", exit_code=2)
+
+
+def _plot(args: argparse.Namespace) -> None:
+    """The files of the table just printed, drawn (read again: cheap beside the drawing)."""
+    from ..measure.plot import plot_results
+
+    if compare.is_serving_set(args.files):
+        kind, docs = "serving", compare.load_serving_set(args.files)
+    elif compare.is_ladder_set(args.files):
+        kind, docs = "ladder", compare.load_ladders(args.files)
+    else:
+        kind, docs = "bench", compare.load(args.files)
+    base = compare.pick_baseline(docs, args.baseline)
+    if kind == "ladder":
+        docs = [dict(d, baseline=i == base) for i, d in enumerate(docs)]
+    made = plot_results(kind, docs, args.plot, base)
+    (err if args.json else out).print(f"wrote {made}" if made else "--plot: nothing to draw (no finished result)",
+                                      highlight=False, markup=False)
+
+
+def tables(args: argparse.Namespace) -> int:
     if compare.is_serving_set(args.files):
         docs = compare.load_serving_set(args.files)
+        _same_workload(docs, args)
         if args.repeats:
             return _repeats(docs, args)
         sr = compare.serving_rows(docs, args.baseline)
@@ -67,6 +113,19 @@ def run(args: argparse.Namespace) -> int:
     else:
         out.print(rich_table(rs))
     return 0
+
+
+def _same_workload(docs: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    """Open-loop runs of different workloads are not one configuration against another: refused
+    (exit 2) unless --force, which prints a warning line per differing run."""
+    diffs = compare.workload_diffs(docs, compare.pick_baseline(docs, args.baseline))
+    if not diffs:
+        return
+    if not args.force:
+        more = f" (and {len(diffs) - 1} more)" if len(diffs) > 1 else ""
+        raise UserError(f"{diffs[0]}{more}; --force compares them anyway", exit_code=2)
+    for line in diffs:
+        err.print(f"warning: {line}", highlight=False, markup=False)
 
 
 def rich_table(rs: list[dict[str, Any]]) -> Any:

@@ -54,6 +54,8 @@ def amount_error(v: Any) -> str | None:
     if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 \
             and abs(v) < MAX_COUNT:
         return None
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= MAX_COUNT:
+        return f"must be below {float(MAX_COUNT):.3g} (no real figure is that large), got {_short(v)}"
     return f"must be a finite number >= 0, got {_short(v)}"
 
 

@@ -55,7 +55,8 @@ def check_rate(entry: Any, where: str) -> dict[str, Any]:
         raise _bad(where, "each rate needs a 'summary' object")
     r = entry.get("request_rate")
     if r != "inf" and (amount_error(r) or not r):
-        raise _bad(where, f"request_rate must be a number > 0 or \"inf\", got {r!r:.40}")
+        why = amount_error(r) if amount_error(r) and "below" in amount_error(r) else f"must be a number > 0 or \"inf\", got {r!r:.40}"
+        raise _bad(where, f"request_rate {why}")
     s = entry["summary"]
     for k in _COUNTS:
         if k in s and count_error(s[k]):

@@ -287,10 +287,16 @@ def is_serving_set(paths: list[str]) -> bool:
 
 
 def load_serving_set(paths: list[str]) -> list[dict[str, Any]]:
+    """Checked open-loop documents; refuses (one line) a run given twice (the same file, or a copy:
+    the same measurements under any label) and a document whose counts contradict each other."""
+    import hashlib
+    import json
+
     from ..documents.serving_doc import SCHEMA as SERVING_SCHEMA
     from ..documents.serving_doc import check
 
     docs = []
+    seen: dict[str, str] = {}  # hash of the measurements -> the file that held them first
     for p in paths:
         data = _read(p)
         if not isinstance(data, dict) or data.get("schema") != SERVING_SCHEMA:
@@ -299,8 +305,60 @@ def load_serving_set(paths: list[str]) -> list[dict[str, Any]]:
         check(data, str(p))
         if data.get("label") is not None and not isinstance(data["label"], str):
             raise UserError(f"{p}: label is not text", exit_code=2)
+        _consistent(data, str(p))
+        key = hashlib.sha256(json.dumps(data["rates"], sort_keys=True).encode()).hexdigest()
+        if key in seen:
+            same = "given twice" if Path(seen[key]).resolve() == Path(p).resolve() else f"a copy of {seen[key]}"
+            raise UserError(f"{p}: {same} (the same measurements); each run counts once: give every "
+                            "file once", exit_code=2)
+        seen[key] = str(p)
         docs.append(data)
     return docs
+
+
+_SLACK = 1e-3  # figures are rounded to 4 places when written
+
+
+def _consistent(doc: dict[str, Any], origin: str) -> None:
+    """Counts that contradict each other (more completed than sent, an attainment above 1,
+    more good requests a second than completed ones) are no measurement: one line, exit 2."""
+    for i, e in enumerate(doc["rates"], 1):
+        s, where = e["summary"], f"{origin} rate {i}"
+        sent, done, failed = s.get("sent"), s.get("completed"), s.get("failed")
+        g = s.get("goodput") or {}
+        why = None
+        if sent is not None and done is not None and done > sent:
+            why = f"summary.completed {done} > summary.sent {sent}"
+        elif sent is not None and failed is not None and failed > sent:
+            why = f"summary.failed {failed} > summary.sent {sent}"
+        elif g.get("slo_attainment") is not None and g["slo_attainment"] > 1 + _SLACK:
+            why = f"summary.goodput.slo_attainment {g['slo_attainment']} > 1 (a share of the requests sent)"
+        elif (g.get("request_goodput") is not None and s.get("request_throughput") is not None
+              and g["request_goodput"] > s["request_throughput"] * (1 + _SLACK) + _SLACK):
+            why = (f"summary.goodput.request_goodput {g['request_goodput']} > request_throughput "
+                   f"{s['request_throughput']} (good requests are completed ones)")
+        if why:
+            raise UserError(f"{where}: {why}: the document contradicts itself; not compared", exit_code=2)
+
+
+# The open-loop parameters that change what is measured: runs that differ in one of these are
+# different workloads, and their numbers are not comparable as one configuration against another.
+WORKLOAD = ("max_tokens", "output_len", "ignore_eos", "api", "seed", "order", "prompts_file", "prompt_count",
+            "burstiness", "max_concurrency", "slo_ms")
+
+
+def workload_diffs(docs: list[dict[str, Any]], b: int) -> list[str]:
+    """One line per document whose workload differs from the baseline's (parameters both record)."""
+    ref = docs[b].get("params") or {}
+    lines = []
+    for d in docs:
+        par = d.get("params") or {}
+        diff = [f"{k} {par[k]!r:.60} vs {ref[k]!r:.60}" for k in WORKLOAD
+                if k in par and k in ref and par[k] != ref[k]]
+        if diff:
+            lines.append(f"{clean(str(d.get('label')))}: another workload than the baseline "
+                         f"{clean(str(docs[b].get('label')))} ({'; '.join(diff)})")
+    return list(dict.fromkeys(lines))
 
 
 def serving_rows(docs: list[dict[str, Any]], baseline: str | None = None) -> list[dict[str, Any]]:

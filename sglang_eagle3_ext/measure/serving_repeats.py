@@ -7,6 +7,12 @@ read them pooled: per (label, request rate) the mean of each figure over its run
 Student-t interval, and against the baseline the runs paired by order (run i of a configuration
 with run i of the baseline: in an alternated schedule they ran next to each other), the mean of
 the paired ratios with its own interval. A paired interval that holds 0 means "not told apart".
+
+Pairs are made by run, not by position in a rate's list: run k of a label is its k-th run in file
+order, where a file that repeats a rate the label's current run already holds starts the next run
+(a multi-rate file is one run; one file per rate, given run after run, adds up to one run). A run
+that lacks a rate (it stopped early) then leaves that rate unpaired instead of shifting every later
+pair by one.
 """
 
 from __future__ import annotations
@@ -55,21 +61,44 @@ def _pooled(vals: list[float | None]) -> dict[str, float | None]:
     return {"mean": m, "lo": lo, "hi": hi}
 
 
+def run_ids(docs: list[dict[str, Any]]) -> list[int]:
+    """The run number of each document within its label (see the module docstring)."""
+    ids: list[int] = []
+    current: dict[str, tuple[int, set[Any]]] = {}  # label -> (run number, rates it holds)
+    for d in docs:
+        label = str(d.get("label"))
+        rates = [e["request_rate"] for e in d["rates"]]
+        k, held = current.get(label, (-1, set()))
+        if k < 0 or held & set(rates):
+            k, held = k + 1, set()
+        current[label] = (k, held | set(rates))
+        ids.append(k)
+    return ids
+
+
+def runs_by_group(docs: list[dict[str, Any]]) -> dict[tuple[str, Any], dict[tuple[int, int], dict[str, Any]]]:
+    """(label, request rate) -> {(run number, repeat within the file): summary}, in file order."""
+    out: dict[tuple[str, Any], dict[tuple[int, int], dict[str, Any]]] = {}
+    for d, k in zip(docs, run_ids(docs), strict=True):
+        for e in d["rates"]:
+            runs = out.setdefault((str(d.get("label")), e["request_rate"]), {})
+            runs[(k, sum(1 for r in runs if r[0] == k))] = e["summary"]
+    return out
+
+
 def groups(docs: list[dict[str, Any]]) -> dict[tuple[str, Any], list[dict[str, Any]]]:
     """(label, request rate) -> the summaries of that label at that rate, in file order."""
-    out: dict[tuple[str, Any], list[dict[str, Any]]] = {}
-    for d in docs:
-        for e in d["rates"]:
-            out.setdefault((str(d.get("label")), e["request_rate"]), []).append(e["summary"])
-    return out
+    return {key: list(runs.values()) for key, runs in runs_by_group(docs).items()}
 
 
 def has_repeats(docs: list[dict[str, Any]]) -> bool:
     return any(len(v) > 1 for v in groups(docs).values())
 
 
-def _row(rate: Any, label: str, runs: list[dict[str, Any]], base: list[dict[str, Any]] | None,
-         is_base: bool) -> dict[str, Any]:
+def _row(rate: Any, label: str, by_run: dict[tuple[int, int], dict[str, Any]],
+         base_by_run: dict[tuple[int, int], dict[str, Any]] | None, is_base: bool) -> dict[str, Any]:
+    runs = list(by_run.values())
+    base = list(base_by_run.values()) if base_by_run is not None else None
     row: dict[str, Any] = {"request_rate": rate, "config": label, "runs": len(runs), "is_baseline": is_base}
     for key, field, sub in FIGURES:
         row[key] = _pooled([_figure(s, field, sub) for s in runs])
@@ -79,8 +108,9 @@ def _row(rate: Any, label: str, runs: list[dict[str, Any]], base: list[dict[str,
         row[f"{key}_vs_baseline_pct"] = None
         if base is None or is_base:
             continue
-        if key in PAIRED:  # run i against the baseline's run i; extra runs of either side stay unpaired
-            pairs = [(_figure(a, field, sub), _figure(b, field, sub)) for a, b in zip(runs, base, strict=False)]
+        if key in PAIRED:  # run k against the baseline's run k; a run either side lacks stays unpaired
+            pairs = [(_figure(s, field, sub), _figure(base_by_run[k], field, sub))
+                     for k, s in by_run.items() if base_by_run and k in base_by_run]
             ratios = [(a / b - 1.0) * 100.0 for a, b in pairs if a is not None and b]
             row[f"{key}_vs_baseline_pct"] = _pooled(ratios) | {"pairs": len(ratios)}
         else:
@@ -94,7 +124,7 @@ def repeat_rows(docs: list[dict[str, Any]], base_label: str) -> list[dict[str, A
     """One row per (request rate, label): runs, each figure's mean [95 %], and against the
     baseline label at the same rate: output tok/s paired by run (mean of the ratios [95 %]),
     goodput and ITL p99 as the ratio of the means, in percent."""
-    gs = groups(docs)
+    gs = runs_by_group(docs)
     rates = sorted({r for _, r in gs}, key=lambda r: float("inf") if r == "inf" else r)
     labels = list(dict.fromkeys(lbl for lbl, _ in gs))
     return [_row(rate, lbl, gs[(lbl, rate)], gs.get((base_label, rate)), lbl == base_label)
@@ -132,8 +162,9 @@ def cells(rows: list[dict[str, Any]]) -> list[list[str]]:
             for r in rows]
 
 
-NOTE = ("means over each config's runs at that rate, 95 % Student-t interval over runs; vs base: run i "
-        "paired with the baseline's run i (file order), mean of the paired ratios [95 %]; an interval "
+NOTE = ("means over each config's runs at that rate, 95 % Student-t interval over runs; vs base: run k "
+        "paired with the baseline's run k at the same rate (runs in file order; a run without that rate "
+        "stays unpaired), mean of the paired ratios [95 %]; an interval "
         "that holds 0 does not tell the two apart; goodput and ITL p99 vs base: ratio of the means")
 
 
