@@ -31,10 +31,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--aux-layers", metavar="LAYERS", default=None,
                    help="judge the capture `launch --aux-layers LAYERS` sets (default: "
                         "$SGLANG_EAGLE3_AUX_LAYERS when set, else the release's own rule)")
+    c.add_argument("--strict", action="store_true",
+                   help="fail (exit 1) when the draft's ids mean different layers to different readers "
+                        "(releases, vLLM, training conventions) and no --trained-on says which")
     c.add_argument("--json", action="store_true", help="machine-readable output")
     c.add_argument("--sglang-root", metavar="PATH", default=argparse.SUPPRESS,
                    help="an unpacked SGLang tree to use instead of the installed one")
+    f = sub.add_parser("families", help="target classes each supported SGLang release serves with "
+                                        "EAGLE-3, and the rule each reads the draft's ids by")
+    f.add_argument("--sglang-version", metavar="V", default=None,
+                   help="only this release (default: every supported release)")
+    f.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(layers_cmd=None)
+
+
+def _pinned() -> dict:
+    from ..serve import capture_rules
+
+    return capture_rules.pinned()
 
 
 def read_config(path: str, what: str) -> dict:
@@ -55,7 +69,7 @@ def read_config(path: str, what: str) -> dict:
 
 
 def _fmt(rep: layer_check.CheckReport, loops: list[int]) -> str:
-    final_ok = layers.final_capturable(layers.FAMILIES[rep.family], rep.version)
+    final_ok = layers.final_capturable(rep.fam or layers.FAMILIES[rep.family], rep.version)
     names = ",".join(layers.loop_label(i, rep.num_layers, final_ok) for i in loops)
     return f"{names}  (loop / HF indices {layers.format_layers(loops)})"
 
@@ -68,7 +82,11 @@ def render(rep: layer_check.CheckReport) -> None:
               f"eagle_config.eagle_aux_hidden_state_layer_ids = {rep.nested_ids}"
               + (f", top-level = {rep.top_level_ids}" if rep.top_level_ids is not None else ""),
               highlight=False, markup=False)
-    out.print(f"rule   {rep.rule}", highlight=False)
+    out.print(f"rule   {rep.rule}" + (f"  [{rep.source}]" if rep.source else ""),
+              highlight=False, markup=False)
+    if rep.fam is None:  # no family: the one problem below says why
+        _problems(rep)
+        return
     out.print("captures (output of decoder layer k, emb = embedding output):", highlight=False)
     if rep.prefill_loop == rep.decode_loop:
         out.print(f"  prefill + decode: {_fmt(rep, rep.prefill_loop)}", highlight=False)
@@ -79,17 +97,54 @@ def render(rep: layer_check.CheckReport) -> None:
     if rep.trained_on is not None:
         out.print(f"trained on: {layers.format_layers(rep.trained_on)}", highlight=False)
     for note in rep.notes:
-        out.print(f"note: {note}", highlight=False)
+        out.print(f"note: {note}", highlight=False, markup=False)
+    if rep.ambiguity and rep.ok:
+        out.print(f"warning: {rep.ambiguity}", highlight=False, markup=False)
+    _problems(rep)
+
+
+def _problems(rep: layer_check.CheckReport) -> None:
     if rep.ok:
         out.print("[green]OK[/]: consistent", highlight=False)
         return
+    if rep.ambiguity and not any(p.what == rep.ambiguity for p in rep.problems):
+        out.print(f"warning: {rep.ambiguity}", highlight=False, markup=False)
     out.print(f"[red]FAIL[/]: {len(rep.problems)} problem(s)", highlight=False)
     for i, p in enumerate(rep.problems, 1):
         out.print(f"  {i}. {p.what}", highlight=False, markup=False)
         out.print(f"     fix: {p.fix}", highlight=False, markup=False)
 
 
+def run_families(args: argparse.Namespace) -> int:
+    from ..serve import capture_rules
+
+    tables = capture_rules.pinned()
+    if args.sglang_version is not None:
+        tables = {args.sglang_version: capture_rules.table_for(args.sglang_version)[0]}
+    data = {v: {"targets": {a: {"rule": c.rule, "where": c.where, "via": c.via, "why": c.why}
+                            for a, c in sorted(t.targets.items())},
+                "drafts": {a: {"file": d.where, "eagle3_1_fields": list(d.reads)}
+                           for a, d in sorted(t.drafts.items())}}
+            for v, t in tables.items()}
+    if args.json:
+        print_json(data)
+        return 0
+    for v, d in data.items():
+        out.print(f"SGLang {v}: {len(d['targets'])} target classes with EAGLE-3 capture", highlight=False,
+                  markup=False)
+        for a, c in d["targets"].items():
+            extra = f" via {c['via']}" if c["via"] else ""
+            out.print(f"  {a:44} {c['rule']:9} {c['where']}{extra}{'  ' + c['why'] if c['why'] else ''}",
+                      highlight=False, markup=False)
+        for a, dr in d["drafts"].items():
+            out.print(f"  draft {a} ({dr['file']}); EAGLE-3.1 fields read: "
+                      f"{', '.join(dr['eagle3_1_fields']) or 'none'}", highlight=False, markup=False)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.layers_cmd == "families":
+        return run_families(args)
     if args.layers_cmd != "check":
         raise UserError("usage: sgl-eagle3 layers check --target PATH --draft PATH [...]", exit_code=2)
     target = read_config(args.target, "target")
@@ -101,10 +156,14 @@ def run(args: argparse.Namespace) -> int:
     else:
         trained = None
     version = args.sglang_version
+    package_dir = None  # the release's own tree, read only for a release not in the pinned tables
     if version is None:
         from ..runtime.sglang_env import locate
 
-        version = locate(getattr(args, "sglang_root", None)).version
+        env = locate(getattr(args, "sglang_root", None))
+        version = env.version
+        if getattr(args, "sglang_root", None) or version not in _pinned():
+            package_dir = str(env.package_dir)
     else:
         from ..runtime.sglang_env import parse_version
 
@@ -120,7 +179,8 @@ def run(args: argparse.Namespace) -> int:
     if aux is not None and args.aux_layers is None:
         exported = (f"{settings.AUX_LAYERS.name}={aux_text} exported in this shell (plain SGLang with our plugin "
                     "applies it; sgl-eagle3 launch refuses while it is exported)")
-    rep = layer_check.check(target, draft, version, trained, aux, aux_from=exported)
+    rep = layer_check.check(target, draft, version, trained, aux, aux_from=exported,
+                            package_dir=package_dir, strict=args.strict)
     if args.json:
         print_json(rep.to_dict())
     else:

@@ -176,6 +176,10 @@ class Family:
     since: str  # first release whose model class has set_eagle3_layers_to_capture (3.2)
     classes: tuple[str, ...]
     rules_of: str = ""  # delegates to another family's rule (kimi_k25 -> deepseek_v2)
+    # The id rule read from the release's own method (serve/capture_rules.py): plus1, first_id,
+    # max_n. Empty: the hand rule of the family and release (rule_kind).
+    kind: str = ""
+    shift_defaults: bool = False  # the defaults go through +1 too (MiniMax-M3 VL)
 
     @property
     def rule_family(self) -> str:
@@ -194,9 +198,14 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("deepseek_v2", "deepseek_v2.py", "0.5.5",
            # the last two subclass DeepseekV2ForCausalLM in the releases that have them (0.5.23)
            ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM",
-            "MistralLarge3ForCausalLM", "GlmMoeDsaForCausalLM")),
+            "MistralLarge3ForCausalLM", "GlmMoeDsaForCausalLM", "DeepseekV3ForCausalLMNextN",
+            "GlmMoeDsaForCausalLMNextN", "MistralLarge3ForCausalLMEagle",
+            "Glm5NextForConditionalGenerationNextN")),
     Family("kimi_k25", "kimi_k25.py", "0.5.10", ("KimiK25ForConditionalGeneration",),
            rules_of="deepseek_v2"),
+    # DeepSeek's first-id rule copied into GLM-4.7-Flash's own class (0.5.13+, the file's first release)
+    Family("glm4_moe_lite", "glm4_moe_lite.py", "0.5.13",
+           ("Glm4MoeLiteForCausalLM", "Glm4MoeLiteForCausalLMNextN"), kind="first_id"),
 )}
 
 _BY_CLASS = {cls: fam for fam in FAMILIES.values() for cls in fam.classes}
@@ -219,12 +228,24 @@ def default_loop(num_layers: int) -> list[int]:
     return [2, num_layers // 2, num_layers - 3]
 
 
-def rule_text(family: Family, version: str) -> str:
-    """The config-id rule of this family in this release, in words."""
+def rule_kind(family: Family, version: str) -> str:
+    """plus1 | first_id | max_n: how this family's set_eagle3_layers_to_capture reads config ids."""
+    if family.kind:
+        return family.kind
     fam = family.rule_family
     if fam == "deepseek_v2" and _ge(version, "0.5.13"):
-        return "config id k -> loop k+1 if the first id is 1, else loop k (PR #25454)"
+        return "first_id"
     if fam == "gpt_oss" and _ge(version, "0.5.17"):
+        return "max_n"
+    return "plus1"
+
+
+def rule_text(family: Family, version: str) -> str:
+    """The config-id rule of this family in this release, in words."""
+    kind = rule_kind(family, version)
+    if kind == "first_id":
+        return "config id k -> loop k+1 if the first id is 1, else loop k (PR #25454)"
+    if kind == "max_n":
         return "config ids -> loop ids as-is if max(ids) == num_layers, else +1 (PR #32334)"
     return "config id k -> loop k+1 (output of layer k)"
 
@@ -232,12 +253,13 @@ def rule_text(family: Family, version: str) -> str:
 def config_to_loop(family: Family, version: str, ids: list[int] | None, num_layers: int) -> list[int]:
     """Mirror of ``<Model>.set_eagle3_layers_to_capture(ids)`` -> ``model.layers_to_capture``."""
     if ids is None:
-        return default_loop(num_layers)
+        loops = default_loop(num_layers)
+        return [v + 1 for v in loops] if family.shift_defaults else loops
     ids = [int(x) for x in ids]
-    fam = family.rule_family
-    if fam == "deepseek_v2" and _ge(version, "0.5.13"):
+    kind = rule_kind(family, version)
+    if kind == "first_id":
         return [v + 1 for v in ids] if ids and ids[0] == 1 else list(ids)
-    if fam == "gpt_oss" and _ge(version, "0.5.17"):
+    if kind == "max_n":
         return list(ids) if ids and max(ids) == num_layers else [v + 1 for v in ids]
     return [v + 1 for v in ids]
 
@@ -275,7 +297,7 @@ def emb_outcome(family: Family, version: str) -> str:
 
 def final_capturable(family: Family, version: str) -> bool:
     """Loop index == num_layers (output of the last layer) is captured only by gpt_oss 0.5.17+."""
-    return family.rule_family == "gpt_oss" and _ge(version, "0.5.17")
+    return rule_kind(family, version) == "max_n"
 
 
 def config_arch(cfg: dict, what: str) -> str:
@@ -387,15 +409,15 @@ def ours_to_config(family: Family, version: str, layers: list[Layer], num_layers
                 raise LayerError(f"the output of the last layer ({k}) is never captured by "
                                  f"{family.name} in SGLang {version} (capture happens before each "
                                  f"layer runs); pick layers up to {num_layers - 2}")
-    fam = family.rule_family
-    if fam == "deepseek_v2" and _ge(version, "0.5.13"):
+    kind = rule_kind(family, version)
+    if kind == "first_id":
         ids = list(loops)  # raw, unless the first id is 1
         if ids[0] == 1:
             if len(ids) == 1:
-                raise LayerError(f"deepseek_v2 in SGLang {version} cannot capture only the output of "
+                raise LayerError(f"{family.name} in SGLang {version} cannot capture only the output of "
                                  "layer 0: a first id of 1 switches on +1 (PR #25454)")
             ids = ids[1:] + ids[:1]  # any other first id keeps the ids raw
-    elif fam == "gpt_oss" and _ge(version, "0.5.17") and num_layers and loops[-1] == num_layers:
+    elif kind == "max_n" and num_layers and loops[-1] == num_layers:
         ids = list(loops)  # max == num_layers -> raw
     else:
         ids = [v - 1 for v in loops]
