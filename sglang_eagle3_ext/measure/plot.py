@@ -126,3 +126,20 @@ def plot_serving(docs: list[dict[str, Any]], path: Target) -> Any:
     from .plot_serving import plot_serving as draw
 
     return draw(docs, path)
+
+
+def bench_as_sweep(docs: list[dict[str, Any]], baseline: int) -> dict[str, Any]:
+    """Bench documents as the configs of a sweep document (what plot_tok_s draws)."""
+    return {"name": "bench results", "configs": [
+        {"name": str(d.get("label") or f"file {i + 1}"), "status": "ok", "bench": d, "baseline": i == baseline}
+        for i, d in enumerate(docs)]}
+
+
+def plot_results(kind: str, docs: list[dict[str, Any]], path: Target, baseline: int = 0) -> Any:
+    """`compare --plot`: open-loop results (latency and goodput against the rate), ladders (tok/s
+    against concurrency) or bench results (tok/s bars, ``baseline`` the baseline's index)."""
+    if kind == "serving":
+        return plot_serving(docs, path)
+    if kind == "ladder":
+        return plot_ladders(docs, path)
+    return plot_tok_s(bench_as_sweep(docs, baseline), path)

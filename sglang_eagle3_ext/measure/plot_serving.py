@@ -81,7 +81,7 @@ def plot_serving(docs: list[dict[str, Any]], path: Target) -> Any:
     if has_goodput:
         handles.append(Line2D([], [], color="black", marker="o", label="goodput (met every SLO)"))
     handles.append(Line2D([], [], color="black", linestyle=":", marker=".", label="completed req/s"))
-    titles = [t for _, t in LATENCY] + ["goodput req/s" if has_goodput else "completed req/s (no SLO given)"]
+    titles = [t for _, t in LATENCY] + ["goodput and completed req/s" if has_goodput else "completed req/s (no SLO given)"]
     for ax, title in zip(flat, titles, strict=True):
         ax.set_xticks(range(len(rates)))
         ax.set_xticklabels(["inf" if r == "inf" else f"{r:g}" for r in rates])
