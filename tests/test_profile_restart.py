@@ -49,3 +49,55 @@ def test_only_window_ones_are_all_kept():
     recs = [{"window": 1}, {"window": 1}]
     assert prof_records.warmup_windows(recs) == []
     assert prof_records.warmup_windows([{"window": 3}, {"window": 1}, {"window": 2}]) == [1]
+
+
+# ------------------------------------------------------------------ calibrate: each server's cycles once
+
+R11 = Path(__file__).resolve().parent.parent / "docs/data/h200-2026-12-04-r11/r11"
+
+
+def _calibrated(tmp_path: Path, capsys, *probes: Path) -> tuple[dict, str]:
+    out = tmp_path / f"cal{len(list(tmp_path.iterdir()))}.json"
+    rc = cli.main(["calibrate", str(R11 / "scan-moe.json"), *map(str, probes), "--out", str(out), "--json"])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    return json.loads(out.read_text()), cap.err
+
+
+def _with_rank(src: Path, dest: Path, rank: int) -> Path:
+    """A TP rank's stream of the same server: the same windows, its own rank (and its own GPU's
+    timings, here 1 % slower)."""
+    lines = []
+    for line in src.read_text().splitlines():
+        if line.strip():
+            r = json.loads(line)
+            r["rank"] = rank
+            r["phases"]["cycle"]["mean_ms"] *= 1.01
+            lines.append(json.dumps(r))
+    dest.write_text("\n".join(lines) + "\n")
+    return dest
+
+
+def test_calibrate_counts_a_probe_file_given_twice_a_copy_or_a_rank_sibling_once(tmp_path, capsys):
+    (prof,) = (R11 / "policy-moe" / "configs").glob("*/prof.jsonl")
+    one, _ = _calibrated(tmp_path, capsys, prof)
+    copy = tmp_path / "copy.jsonl"
+    copy.write_bytes(prof.read_bytes())
+    sibling = _with_rank(prof, tmp_path / "prof.jsonl.rank1", 1)
+    renamed = _with_rank(prof, tmp_path / "other-name.jsonl", 2)
+    for extra in ([prof], [copy], [sibling], [renamed, sibling]):
+        doc, err = _calibrated(tmp_path, capsys, prof, *extra)
+        assert doc["cells"] == one["cells"], extra
+        assert doc["calibration"]["offsets"] == one["calibration"]["offsets"]
+        assert "every window already read" in err and "counted once" in err
+
+
+def test_distinct_records_keeps_two_servers_apart():
+    from sglang_eagle3_ext.tune.calibrate import distinct_records
+
+    a = prof_records.load(SYNTH)
+    b = prof_records.load(SYNTH)
+    for r in b.records:
+        r["time"] = "2030-01-01T00:00:00+00:00"  # another server's windows: kept
+    recs, notes = distinct_records([a, b])
+    assert len(recs) == len(a.records) + len(b.records) and notes == []

@@ -9,7 +9,7 @@ from typing import Any
 
 from rich.table import Table
 
-from .console import out, plain, print_json
+from .console import err, out, plain, print_json
 
 HELP = ("Move a scan's cycle costs to the traffic a server really serves, from its probe files "
         "(longer contexts add a step-independent cost per cycle): a scan file for launch --policy")
@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from ..documents.outputs import check_destination, write_atomic
     from ..measure.accounting import by_key_summary
     from ..runtime.errors import UserError
-    from ..tune.calibrate import DEFAULT_MIN_CYCLES, best_by_bs, calibrate
+    from ..tune.calibrate import DEFAULT_MIN_CYCLES, best_by_bs, calibrate, distinct_records
 
     n = DEFAULT_MIN_CYCLES if args.min_cycles is None else args.min_cycles
     if not 1 <= n <= 10**6:
@@ -42,9 +42,9 @@ def run(args: argparse.Namespace) -> int:
         if f.exists() and f.resolve() == dest.resolve():
             raise UserError(f"--out {args.out} is the input {src}: write the calibrated scan to a new file", exit_code=2)
     doc = scan_doc.load(args.scan)
-    records: list[dict[str, Any]] = []
-    for f in args.probes:
-        records.extend(prof_records.load(f).records)
+    records, notes = distinct_records([prof_records.load(f) for f in args.probes])
+    for note in notes:  # a file given twice, a copy or a rank sibling: its cycles count once
+        err.print(f"note: {note}", highlight=False, markup=False)
     new, rows = calibrate(doc, by_key_summary(records), sources=list(args.probes), min_cycles=n)
     scan_doc.check(json.loads(json.dumps(new)), "the calibrated scan")  # what launch --policy will read
     write_atomic(args.out, json.dumps(new, indent=1) + "\n")

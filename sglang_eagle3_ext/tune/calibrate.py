@@ -144,3 +144,44 @@ def best_by_bs(rows: list[dict[str, Any]], field: str) -> dict[int, int]:
         if cur is None or r[field] > cur[0] + 1e-9:
             best[r["bs"]] = (r[field], r["steps"])
     return {b: s for b, (_, s) in sorted(best.items())}
+
+
+
+def distinct_records(runs: list[Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The window records of probe files (``prof_records.ProfileRun``), each server's cycles once.
+
+    A file given twice, a copy of one, or a record repeated is counted once; so is a TP rank's
+    stream beside its rank 0 (``<out>.rank<N>`` or a renamed copy: the same windows, written at
+    the same time, with the same counts): the ranks measure the same cycles, and summed they would
+    double every count and cross ``--min-cycles`` on half the evidence. Returns (records, notes)."""
+    import json
+
+    def window_id(r: dict[str, Any]) -> str:  # what every rank of one server writes alike
+        return json.dumps([r.get(k) for k in ("time", "window", "cycles", "requests", "accept_hist", "spec")],
+                          sort_keys=True)
+
+    def rank(r: dict[str, Any]) -> int:
+        return r["rank"] if isinstance(r.get("rank"), int) else 0
+
+    first_rank: dict[str, int] = {}
+    for run in runs:
+        for rec in run.records:
+            wid = window_id(rec)
+            first_rank[wid] = min(first_rank.get(wid, rank(rec)), rank(rec))
+    seen: set[str] = set()
+    out: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for run in runs:
+        dup = 0
+        for rec in run.records:
+            full = json.dumps(rec, sort_keys=True)
+            if full in seen or rank(rec) != first_rank[window_id(rec)]:
+                dup += 1
+                continue
+            seen.add(full)
+            out.append(rec)
+        if dup:
+            what = "every window" if dup == len(run.records) else f"{dup} of {len(run.records)} windows"
+            notes.append(f"{run.path}: {what} already read (the same file again, a copy, or another TP rank "
+                         "of the same server); counted once")
+    return out, notes
