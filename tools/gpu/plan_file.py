@@ -26,14 +26,14 @@ REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "sglang_eagle3_ext"]
 PLACEHOLDERS = ("repo", "work", "models", "results")
 
-TOP_KEYS = {"name", "about", "made", "machine", "deadline", "hard_stop", "server_args", "profile",
-            "sglang_check", "phases", "todo"}
+TOP_KEYS = {"name", "about", "made", "machine", "deadline", "hard_stop", "server_args", "server_env", "profile",
+            "sglang_check", "phases", "todo", "run"}
 PHASE_KINDS = {"build", "traffic", "copy", "scan", "serve", "cli"}
 SERVER_KEYS = {"name", "build", "draft", "steps", "topk", "draft_tokens", "no_spec", "policy", "adaptive",
                "ema", "aux_layers", "env", "args", "max_running", "max_total_tokens", "profile", "todo"}
 SERVE_KEYS = {"servers", "one_at_a_time", "use", "keep", "start_budget", "stagger", "port",
               "workload", "todo"}
-WORK_KINDS = {"bench", "twin", "metrics", "counter_check", "identity", "cli"}
+WORK_KINDS = {"bench", "twin", "metrics", "counter_check", "identity", "cli", "scan"}
 TWIN_CLIENTS = ("ours-chat", "ours-generate", "bench_serving-chat", "bench_serving-generate")
 
 
@@ -195,7 +195,23 @@ def server_args(plan: Plan, s: dict[str, Any]) -> list[str]:
         args += ["--max-total-tokens", str(s["max_total_tokens"])]
     if s.get("ema"):
         args.append("--speculative-adaptive")  # SGLang's own EMA rule, on its default tiers
-    return args + [str(a) for a in s.get("args") or []]
+    return merge_args(args, [str(a) for a in s.get("args") or []])
+
+
+def merge_args(base: list[str], extra: list[str]) -> list[str]:
+    """``extra``'s ``--flag value`` replaces the value of the same flag in ``base`` (one place, one
+    value: a server's own --mem-fraction-static over the plan's); new flags are appended."""
+    out = list(base)
+    i = 0
+    while i < len(extra):
+        flag = extra[i]
+        has_value = i + 1 < len(extra) and not extra[i + 1].startswith("--")
+        if flag in out and has_value and out.index(flag) + 1 < len(out):
+            out[out.index(flag) + 1] = extra[i + 1]
+        else:
+            out += extra[i:i + 1 + has_value]
+        i += 1 + has_value
+    return out
 
 
 def launch_cmd(plan: Plan, ctx: dict[str, str], s: dict[str, Any], port: int) -> list[str]:
@@ -237,7 +253,7 @@ def stop_cmd(ctx: dict[str, str], name: str) -> list[str]:
 def scan_cmd(plan: Plan, ctx: dict[str, str], sc: dict[str, Any], port: int) -> list[str]:
     sc = fill(sc, ctx)
     models = model_dir(ctx, sc["build"])
-    args = [str(a) for a in plan.doc.get("server_args") or []] + [str(a) for a in sc.get("server_args") or []]
+    args = merge_args([str(a) for a in plan.doc.get("server_args") or []], [str(a) for a in sc.get("server_args") or []])
     argv = [*CLI, "scan", "--model", str(models / "target"), "--draft", str(models / sc.get("draft", "draft")),
             "--out", str(Path(ctx["results"]) / sc["name"]), "--port", str(port), *options(sc.get("args"))]
     if not plan.doc.get("sglang_check", False):
@@ -277,11 +293,12 @@ def twin_cmds(ctx: dict[str, str], t: dict[str, Any], url: str, port: int, out: 
     t = fill(t, ctx)
     rate, n, seed = _num(t["request_rate"]), str(t.get("num_requests", 100)), str(t.get("seed", 42))
     tr = t["prompts"]
+    flush = ["--flush-cache"] if t.get("flush_cache", True) else []
     ours = [*CLI, "bench", "--url", url, "--prompts", tr, "--request-rate", rate, "--num-requests", n,
-            "--seed", seed, "--ignore-eos", "--flush-cache"]
+            "--seed", seed, "--ignore-eos", *flush]
     theirs = [sys.executable, "-m", "sglang.bench_serving", "--host", "127.0.0.1", "--port", str(port),
               "--dataset-name", "sharegpt", "--dataset-path", tr, "--num-prompts", n, "--request-rate", rate,
-              "--seed", seed, "--tokenizer", str(model_dir(ctx, t["build"]) / "target"), "--flush-cache"]
+              "--seed", seed, "--tokenizer", str(model_dir(ctx, t["build"]) / "target"), *flush]
     cmds = []
     for who in t.get("clients") or TWIN_CLIENTS:
         if who not in TWIN_CLIENTS:

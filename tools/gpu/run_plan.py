@@ -258,14 +258,19 @@ class Runner:
 
     def phase_copy(self, ph: dict[str, Any]) -> None:
         for dest, src in ph["copy"].items():
-            src, target = P.fill(src, self.ctx), str(self.results / dest)
+            lines = src.get("lines") if isinstance(src, dict) else None  # the file's first N lines
+            src, target = P.fill(src["from"] if isinstance(src, dict) else src, self.ctx), str(self.results / dest)
             if self.rehearse:
                 print(f"# copy {src} -> {target}")
                 if not self.exists(src):
                     self.errors.append(f"copy {dest}: {src} does not exist")
                 self.produced.append(target)
                 continue
-            shutil.copy(src, target)
+            if lines:
+                text = Path(src).read_text().splitlines(keepends=True)
+                Path(target).write_text("".join(text[:int(lines)]))
+            else:
+                shutil.copy(src, target)
 
     def phase_cli(self, ph: dict[str, Any]) -> None:
         c = ph["cli"]

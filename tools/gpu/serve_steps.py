@@ -30,6 +30,11 @@ class Serve:
     def __init__(self, runner: Runner, ph: dict[str, Any]) -> None:
         self.r, self.ph = runner, ph
         self.servers: list[dict[str, Any]] = list(ph.get("servers") or [])
+        self.names = [*(ph.get("use") or []), *(s["name"] for s in self.servers)]
+        for s in self.servers:  # a name is a results folder: one server per name in a plan
+            if s["name"] in runner.specs and runner.rehearse:
+                runner.errors.append(f"server name {s['name']} used twice (its results folder would be shared)")
+            runner.specs[s["name"]] = s
         if "port" in ph:
             runner.port = max(runner.port, int(ph["port"]))
 
@@ -77,7 +82,7 @@ class Serve:
             name, port = s["name"], r.port
             r.port += 1
             argv = P.launch_cmd(r.plan, r.ctx, s, port)
-            env = {k: str(v) for k, v in (s.get("env") or {}).items()}
+            env = {k: str(v) for k, v in {**(r.plan.doc.get("server_env") or {}), **(s.get("env") or {})}.items()}
             r.live[name] = {"url": f"http://127.0.0.1:{port}", "port": port, "spec": s}
             if r.rehearse:
                 r.call(f"start {name}", argv, env=env)
@@ -158,7 +163,7 @@ class Serve:
             return names
         if self.r.rehearse:
             for n in chosen:
-                if n not in names:
+                if n not in self.names:
                     self.r.errors.append(f"workload names server {n}, not running in this phase")
         return [n for n in chosen if n in names]
 
@@ -196,6 +201,10 @@ class Serve:
                 r.call(f"twin {who} {k}", argv, d / f"{who}-r{rate}.txt",
                        timeout=int(t.get("num_requests", 100)) / float(t["request_rate"]) + 120)
 
+    def w_scan(self, w: dict[str, Any], names: list[str]) -> None:
+        """A scan while this phase's servers sit idle (its cells beside separately started servers)."""
+        self.r.phase_scan(w)
+
     def w_metrics(self, w: dict[str, Any], names: list[str]) -> None:
         """SGLang's /metrics of every server (the switch counters, accept length, ...)."""
         r, tag = self.r, str(w["metrics"])
@@ -219,7 +228,8 @@ class Serve:
         for name in self.targets(c, names):
             spec = r.live.get(name, {}).get("spec") or {}
             if r.rehearse:
-                if TOGGLE not in (spec.get("env") or {}) or not (spec.get("profile", r.plan.doc.get("profile"))):
+                env = {**(r.plan.doc.get("server_env") or {}), **(spec.get("env") or {})}
+                if TOGGLE not in env or not (spec.get("profile", r.plan.doc.get("profile"))):
                     r.errors.append(f"counter_check {name}: the server needs probes on and env {TOGGLE}: SIGUSR2")
                 print(f"# counter check on {name}: flush probes, /metrics, bench, flush, /metrics")
             opts = {"concurrency": c.get("concurrency", 4), "runs": 1, "warmup": 0,
