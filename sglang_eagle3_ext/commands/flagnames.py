@@ -113,6 +113,7 @@ def add_aliases(parser: argparse.ArgumentParser, command: str) -> None:
     spellings of ALIASES; remember the command for ``explain_unknown``. A name the parser
     already has is left alone (tests/test_flag_names.py checks every entry lands)."""
     parser.set_defaults(_flag_scope=command)
+    parser.error = _Stop.raiser(parser, command)  # type: ignore[method-assign]
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
@@ -195,16 +196,49 @@ def explain_unknown(command: str, words: Iterable[str]) -> str | None:
     return "; ".join(lines) + (f" (also not an option here: {' '.join(rest)})" if rest else "")
 
 
+class _Stop(Exception):
+    """argparse's error in a parser we gave aliases: held until we know whether an SGLang name
+    explains it (``bench --host H --port P`` first fails on the missing --url)."""
+
+    def __init__(self, parser: argparse.ArgumentParser, scope: str, message: str) -> None:
+        super().__init__(message)
+        self.parser, self.scope, self.message = parser, scope, message
+
+    holding = 0  # inside parse_args below; elsewhere (a bare parser.parse_args) argparse's own error
+
+    @staticmethod
+    def raiser(parser: argparse.ArgumentParser, scope: str):  # noqa: ANN205
+        def error(message: str):  # noqa: ANN202
+            if not _Stop.holding:
+                argparse.ArgumentParser.error(parser, message)
+            raise _Stop(parser, scope, message)
+        return error
+
+
 def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None,
                namespace: argparse.Namespace | None = None) -> argparse.Namespace:
     """``parser.parse_args`` that answers an SGLang / bench_serving name with its line (exit 2)
-    before argparse's "unrecognized arguments"."""
+    before argparse's own errors ("unrecognized arguments", "required: --url")."""
+    import sys
+
     from ..runtime.errors import UserError
 
-    args, unknown = parser.parse_known_args(argv, namespace)
+    words = list(sys.argv[1:] if argv is None else argv)
+    _Stop.holding += 1
+    try:
+        args, unknown = parser.parse_known_args(words, namespace)
+    except _Stop as stop:
+        mine = stop.parser._option_string_actions
+        given = words[:words.index("--")] if "--" in words else words
+        line = explain_unknown(stop.scope, [w for w in given if _flag(w) and _flag(w) not in mine])
+        if line:
+            raise UserError(line, exit_code=2) from None
+        argparse.ArgumentParser.error(stop.parser, stop.message)
+    finally:
+        _Stop.holding -= 1
     if unknown:
         line = explain_unknown(getattr(args, "_flag_scope", "") or "", unknown)
         if line:
             raise UserError(line, exit_code=2)
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        argparse.ArgumentParser.error(parser, f"unrecognized arguments: {' '.join(unknown)}")
     return args
