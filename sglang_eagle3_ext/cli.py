@@ -57,6 +57,15 @@ def build_parser(commands: tuple[str, ...] = COMMANDS) -> argparse.ArgumentParse
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The console script's entry. Ctrl-C at any moment, also in the first half second while the
+    command modules import (rich, yaml, ...), ends with exit 130 and no traceback."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _main(argv: list[str] | None = None) -> int:
     from .runtime.settings import adopt_old_names
 
     adopt_old_names()  # old names -> SGLANG_EAGLE3_*, one note each (SGLang owns the SGL_ prefix)

@@ -43,7 +43,13 @@ def keep_whole(table: Table) -> Table:
 
 
 class WideConsole(Console):
-    """rich's Console; every Table printed goes through keep_whole first."""
+    """rich's Console; every Table printed goes through keep_whole first. Emoji codes off: a
+    ``:word:`` in a message (``construct.py:100:``, a file named ``x:fire:.json``) prints as
+    written, never as an emoji, whatever ``markup`` says."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        kw.setdefault("emoji", False)
+        super().__init__(*args, **kw)
 
     def print(self, *objects: Any, **kw: Any) -> None:  # type: ignore[override]
         for o in objects:
