@@ -278,7 +278,7 @@ def bench_rounds(w: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         return [(f"k{i}" if repeat > 1 else "", base) for i in range(repeat)]
     key, values = next(iter(vary.items()))
     short = {"request_rate": "r", "concurrency": "c"}.get(key, key.replace("_", "-"))
-    out, k = [], 0
+    out, k = [], int(b.get("first", 0))  # first: the first file number (a server measured again later)
     for _ in range(repeat):
         for v in values:
             out.append((f"{short}{_num(v)}-k{k}", {**base, key: v}))

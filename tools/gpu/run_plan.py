@@ -259,6 +259,7 @@ class Runner:
     def phase_copy(self, ph: dict[str, Any]) -> None:
         for dest, src in ph["copy"].items():
             lines = src.get("lines") if isinstance(src, dict) else None  # the file's first N lines
+            match = src.get("match") if isinstance(src, dict) else None  # JSONL rows with these fields
             src, target = P.fill(src["from"] if isinstance(src, dict) else src, self.ctx), str(self.results / dest)
             if self.rehearse:
                 print(f"# copy {src} -> {target}")
@@ -266,9 +267,11 @@ class Runner:
                     self.errors.append(f"copy {dest}: {src} does not exist")
                 self.produced.append(target)
                 continue
-            if lines:
-                text = Path(src).read_text().splitlines(keepends=True)
-                Path(target).write_text("".join(text[:int(lines)]))
+            if lines or match:
+                rows = [x for x in Path(src).read_text().splitlines(keepends=True) if x.strip()]
+                if match:
+                    rows = [x for x in rows if all(json.loads(x).get(k) == v for k, v in match.items())]
+                Path(target).write_text("".join(rows[:int(lines)] if lines else rows))
             else:
                 shutil.copy(src, target)
 
