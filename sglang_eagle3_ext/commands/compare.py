@@ -26,8 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="which tok/s to compare (default decode_tok_s)")
     p.add_argument("--repeats", action="store_true",
                    help="open-loop results: pool the runs of each label at each rate (mean, 95 %% interval "
-                        "over runs) and pair run i with the baseline's run i (alternate the contenders: "
-                        "A B, B A, ...)")
+                        "over runs) and pair run k with the baseline's run k at each rate (runs in file order; "
+                        "alternate the contenders: A B, B A, ...)")
     p.add_argument("--force", action="store_true",
                    help="open-loop results of different workloads (max tokens, api, seed, prompts, SLOs, ...): "
                         "compare anyway, with a warning line each (default: refused)")

@@ -92,8 +92,8 @@ def _print_command(argv: list[str], env: dict[str, str], title: str | None = Non
         out.print(f"# {title}", highlight=False, markup=False)
     dropped, kept = inherited(os.environ, env)
     if dropped:  # exported in this shell, not passed on: `unset` lines keep a pasted command faithful
-        out.print("# exported in this shell, not passed to the server (the launch sets these from its own "
-                  "flags; docs/guide/launch.md)", highlight=False, markup=False)
+        out.print("# exported in this shell, not passed to the server (set only by this launch's own flags: "
+                  "--nccl, --profile; docs/guide/launch.md)", highlight=False, markup=False)
         out.print(f"unset {' '.join(shlex.quote(k) for k in dropped)}", highlight=False, markup=False)
     if kept:
         out.print("# inherited from this shell (probe settings no flag sets): "
