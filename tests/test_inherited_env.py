@@ -166,3 +166,25 @@ def test_launch_says_preset_file_and_a_profile_out_that_holds_records(model_env,
     assert rc == 0, err
     assert f"preset tiny: read {presets / 'tiny.yaml'}" in err
     assert "already holds 2 window record(s)" in err
+
+
+@pytest.mark.parametrize("flag", ["--profile-out", "--log"])
+def test_unknown_users_home_is_one_line(model_env, capsys, flag, no_popen):  # noqa: F811
+    """Was: "unexpected RuntimeError at pathlib.py ... (a bug in sgl-eagle3)"."""
+    t = f"{model_env['SGLANG_EAGLE3_TINY']}/target"
+    rc, out, err = run_cli(["launch", "--model", t, "--no-spec", "--profile", flag, "~nouser_xyz/f",
+                            "--dry-run", "--no-sglang-check"], capsys)
+    assert rc == 2 and f"{flag} ~nouser_xyz/f: names the home folder of an unknown user" in err, err
+    assert "a bug" not in err
+
+
+def test_profile_out_fifo_or_folder_is_never_read_for_the_note(model_env, tmp_path, capsys, no_popen):  # noqa: F811
+    import os
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    t = f"{model_env['SGLANG_EAGLE3_TINY']}/target"
+    for target in (fifo, tmp_path):
+        rc, out, err = run_cli(["launch", "--model", t, "--no-spec", "--profile", "--profile-out", str(target),
+                                "--dry-run", "--no-sglang-check"], capsys)
+        assert "already holds" not in err and "a bug" not in err, err

@@ -161,6 +161,11 @@ def run(args: argparse.Namespace) -> int:
     cfg = build_config(args)
     from ..serve.stepenv import refuse_exported
 
+    for flag, value in (("--profile-out", cfg.profile_out), ("--log", cfg.log)):
+        try:  # pathlib cannot expand "~nouser/x": one line, not "unexpected RuntimeError"
+            Path(value).expanduser() if value else None
+        except RuntimeError:
+            raise UserError(f"{flag} {value}: names the home folder of an unknown user", 2) from None
     # the dry run too: it shows what the real launch would do (refuse); a value this launch sets wins
     refuse_exported("launch", own={**cfg.env, **({"SGLANG_EAGLE3_AUX_LAYERS": "flag"} if cfg.aux_layers else {})})
     env = locate(args.sglang_root)

@@ -285,9 +285,10 @@ def count_records(path: Path) -> int:
     """How many lines of an existing probe file look like window records (0: none, absent or
     unreadable): `launch --profile-out` says when a server would append to earlier records."""
     try:
-        if not path.is_file():
+        if not path.is_file():  # a FIFO, a device or a folder is never opened here
             return 0
         with open(path, "rb") as f:
-            return sum(1 for line in f if line.lstrip().startswith(b"{"))
+            head = f.read(LOG_LIMIT)  # bounded, as every probe file read
+        return sum(1 for line in head.splitlines() if line.lstrip().startswith(b"{"))
     except OSError:
         return 0
