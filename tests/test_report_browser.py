@@ -60,3 +60,29 @@ def test_report_page_renders_in_headless_chromium(tmp_path, capsys):
     # the tables as the browser parsed them: the recorded configs' rows are there
     for label in ("ema-scan-moe", "policy-cal-moe", "static7-moe", "7 steps"):
         assert f"<td class=\"l\">{label}</td>" in dom, label
+
+
+def test_ci_env_installs_chromium_once(tmp_path):
+    """tools/ci_env.sh's Chromium step, run alone against stub apt-get / sudo: it installs
+    Debian's chromium when none is on PATH, and does nothing when one is."""
+    script = (Path(__file__).resolve().parents[1] / "tools" / "ci_env.sh").read_text()
+    block = re.search(r"^if ! command -v chromium .*?^fi$", script, re.S | re.M)
+    assert block, "tools/ci_env.sh lost its chromium step"
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    log = tmp_path / "calls"
+    for name in ("apt-get", "sudo"):
+        (stubs / name).write_text(f'#!/bin/sh\necho "{name} $*" >> {log}\n'
+                                  + ('exec "$@"\n' if name == "sudo" else ""))
+        (stubs / name).chmod(0o755)
+    (stubs / "id").symlink_to(shutil.which("id"))
+    env = {"PATH": str(stubs), "HOME": str(tmp_path)}
+    bash = shutil.which("bash")
+    subprocess.run([bash, "-euo", "pipefail", "-c", block.group(0)], env=env, check=True, timeout=30)
+    calls = log.read_text().splitlines()
+    assert [c for c in calls if c.startswith("apt-get")][-1] == "apt-get install -y -qq chromium", calls
+    log.unlink()
+    (stubs / "chromium").write_text("#!/bin/sh\n")
+    (stubs / "chromium").chmod(0o755)
+    subprocess.run([bash, "-euo", "pipefail", "-c", block.group(0)], env=env, check=True, timeout=30)
+    assert not log.exists()  # already there: nothing installed

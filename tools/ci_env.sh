@@ -6,6 +6,13 @@ cd "$(dirname "$0")/.."
 VENV=${SGLANG_EAGLE3_VENV:-${SGL_EAGLE3_VENV:-.venv}}  # SGL_EAGLE3_VENV: the old name
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
+# Chromium from Debian's packages: tests/test_report_browser.py renders the report page in it (and
+# fails under CI=true without it). Installed once, before the env check, so a ready env gets it too.
+if ! command -v chromium >/dev/null && command -v apt-get >/dev/null; then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo -n"
+  { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium; } >/dev/null 2>&1 \
+    || echo "note: could not install chromium (apt-get install chromium): the report page's browser test needs it"
+fi
 stamp="$VENV/.ready-$(cat tools/ci_env.sh tools/ci-constraints.txt | sha256sum | cut -c1-12)"
 if [ -f "$stamp" ]; then
   "$VENV/bin/pip" install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || "$VENV/bin/pip" install -q --no-deps -e .
