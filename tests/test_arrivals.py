@@ -147,3 +147,30 @@ def test_length_draws_are_seeded_and_clamped():
 def test_bad_burstiness(k):
     with pytest.raises(UserError):
         arrivals.check_burstiness(k)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--request-rate", "1", "--burstiness", "1e-320"], "--burstiness 1e-320: the Gamma shape, from 0.001"),
+    (["--request-rate", "0.5", "--burstiness", "5e-324"], "--burstiness 5e-324: the Gamma shape"),
+    (["--request-rate", "5e-324"], "--request-rate 5e-324: requests per second, from 1e-06"),
+    (["--request-rate", "1e-5", "--num-requests", "100"], "the last is due about 9.9e+06 s"),
+    (["--request-rate", "2,1e-5"], "--request-rate 1e-05 with 100 requests"),
+    (["--request-rate", "1", "--output-len", "lognormal:5,nan"], "'lognormal:5,nan': 'nan' is not a number"),
+    (["--request-rate", "1", "--output-len", "uniform:x,5"], "'uniform:x,5': 'x' is not a number"),
+])
+def test_rates_and_shapes_that_underflow_are_one_line_before_anything_is_sent(capsys, args, says):
+    """Was: NaN arrival times (all sent at once, NaN in the result), ZeroDivisionError, a run
+    that waits forever, 'nan' named as the value."""
+    from sglang_eagle3_ext import cli
+
+    rc = cli.main(["bench", "--url", "http://127.0.0.1:9", *args])
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert rc == 2 and len(lines) == 1 and says in lines[0] and "bug" not in err, err
+
+
+def test_the_smallest_allowed_shape_and_rate_give_finite_times():
+    for rate, k in ((1.0, arrivals.MIN_BURSTINESS), (arrivals.MIN_RATE, arrivals.MIN_BURSTINESS),
+                    (arrivals.MAX_RATE, arrivals.MIN_BURSTINESS), (arrivals.MIN_RATE, arrivals.MAX_BURSTINESS)):
+        ts = arrivals.arrival_times(rate, k, 0, count=200)
+        assert all(math.isfinite(t) for t in ts) and ts == sorted(ts)

@@ -70,3 +70,33 @@ def test_jsonl_line_without_a_conversation(tmp_path):
     with pytest.raises(UserError) as e:
         load_items(str(f))
     assert "line 2" in str(e.value)
+
+
+def test_a_byte_order_mark_is_not_part_of_the_file(tmp_path):
+    """An editor's UTF-8 BOM before a JSON list (was: the raw JSON sent as one prompt, the
+    lengths ignored) or before plain lines (was: the BOM inside the first prompt)."""
+    f = tmp_path / "p.json"
+    f.write_bytes(b"\xef\xbb\xbf" + json.dumps([{"messages": [{"role": "user", "content": "a"}],
+                                                  "output_len": 7}]).encode())
+    items = load_items(str(f))
+    assert len(items) == 1 and items[0].output_len == 7
+    f.write_bytes(b"\xef\xbb\xbfhello\nworld\n")
+    assert [it.prompt for it in load_items(str(f))] == ["hello", "world"]
+    f.write_bytes(b"\xef\xbb\xbf" + b'{"messages": [{"role": "user", "content": "x"}]}\n')
+    assert load_items(str(f))[0].prompt == [{"role": "user", "content": "x"}]
+
+
+@pytest.mark.parametrize("first", ["[INST] Write a poem [/INST]", "{name} asked: why?", "[note] x",
+                                   "[trueish] y", "  [INST] z"])
+def test_plain_text_whose_first_prompt_begins_with_a_bracket(tmp_path, first):
+    """Was: refused as bad JSON. Text that does not open as JSON is one prompt per line."""
+    f = tmp_path / "p.txt"
+    f.write_text(f"{first}\nsecond prompt\n")
+    assert [it.prompt for it in load_items(str(f))] == [first, "second prompt"]
+
+
+@pytest.mark.parametrize("text", ['["a", "b"', '[{"messages": 1}', '{"messages": [}\n'])
+def test_json_shaped_but_broken_is_still_refused_with_why(text):
+    with pytest.raises(UserError) as e:
+        parse_items(text, "p.json")
+    assert e.value.exit_code == 2 and str(e.value).startswith("--prompts p.json:")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from ..runtime.errors import UserError
@@ -75,11 +77,49 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def check_out(path: str | None) -> None:
-    """--out: a file we can write (outputs.check_destination), checked before any run."""
-    if path:
-        from ..documents.outputs import check_destination
+    """--out: a file we can write (outputs.check_destination), checked before any run; an empty
+    path (an unset variable) is refused, not a run whose result goes nowhere."""
+    if path is None:
+        return
+    if not path.strip():
+        raise UserError("--out: an empty path; give a file name such as result.json", exit_code=2)
+    from ..documents.outputs import check_destination
 
-        check_destination(path)
+    check_destination(path)
+
+
+PLOT_FORMATS = (".png",)  # plot_base.save writes PNG
+
+
+def check_plot(args: argparse.Namespace, drawn: bool) -> None:
+    """--plot before any run: a ladder or an open loop, a .png name (a name without an extension
+    gets .png: the name reported is the file written), a place we can write, matplotlib."""
+    if args.plot is None:
+        return
+    from pathlib import Path
+
+    from ..documents.outputs import check_destination
+
+    if not drawn:
+        raise UserError("--plot draws a concurrency ladder (--concurrency 1,2,4,...) or an open loop "
+                        "(--request-rate); one concurrency level has nothing to plot", exit_code=2)
+    if not args.plot.strip():
+        raise UserError("--plot: an empty path; give a file name such as plot.png", exit_code=2)
+    suffix = Path(args.plot).suffix.lower()
+    if not suffix:
+        check_destination(args.plot, "--plot")  # /dev/null: refused as it is, not made /dev/null.png
+        args.plot += ".png"
+    elif suffix not in PLOT_FORMATS:
+        raise UserError(f"--plot {args.plot}: give a .png file name (the plot is a PNG image, "
+                        f"not {suffix})", exit_code=2)
+    if args.out and Path(args.out).expanduser().resolve() == Path(args.plot).expanduser().resolve():
+        raise UserError(f"--plot {args.plot}: the same file as --out", exit_code=2)
+    check_destination(args.plot, "--plot")
+    from ..measure.plot_base import missing_reason
+
+    why = missing_reason()
+    if why:  # one line now, not after the run
+        raise UserError(f"--plot: {why} (or leave --plot out)", exit_code=2)
 
 
 def options_from_args(args: argparse.Namespace) -> Any:
@@ -110,15 +150,31 @@ def check_api(api: str, prompts: list[Any]) -> None:
                             f"of {len(p)} messages (the chat API, the default, takes it)", exit_code=2)
 
 
-def run_with_progress(opts: Any, levels: list[int] | None = None) -> dict[str, Any]:
-    """run_bench (or run_ladder) behind a rich progress bar on stderr (stdout stays clean for --json)."""
+@contextlib.contextmanager
+def progress_bar() -> Iterator[Any]:
+    """A transient progress bar on stderr (stdout stays clean for --json). Its refresh thread may
+    not start at a thread or task limit: then no bar, and the bench goes on."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    cols = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    prog = Progress(*cols, console=err, transient=True)
+    try:
+        prog.start()
+    except RuntimeError:  # "can't start new thread"
+        prog.stop()
+        prog = Progress(*cols, console=err, transient=True, auto_refresh=False, disable=True)
+    try:
+        yield prog
+    finally:
+        prog.stop()
+
+
+def run_with_progress(opts: Any, levels: list[int] | None = None) -> dict[str, Any]:
+    """run_bench (or run_ladder) behind a rich progress bar on stderr (stdout stays clean for --json)."""
     from ..measure.bench import run_bench, run_ladder
 
     per = opts.warmup + opts.runs
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err, transient=True) as prog:
+    with progress_bar() as prog:
         task = prog.add_task("bench", total=per * len(levels or [1]))
 
         def cb(phase: str, i: int, total: int, level: int | None = None) -> None:
@@ -189,35 +245,76 @@ def render_ladder(doc: dict[str, Any]) -> None:
             err.print(f"warning: concurrency {lv['concurrency']}: {clean(w)}", markup=False, highlight=False)
 
 
+def interrupted(exc: KeyboardInterrupt) -> int:
+    """Nothing finished: one line, 128 + the signal (130 for Ctrl-C)."""
+    import signal
+
+    from ..measure import stopping
+
+    sig = stopping.signal_of(exc)
+    name = "Ctrl-C" if sig == signal.SIGINT else signal.Signals(sig).name
+    err.print(f"bench interrupted ({name}): open streams closed, nothing written",
+              highlight=False, markup=False)
+    return 128 + sig
+
+
+def say_stopped(args: argparse.Namespace, doc: dict[str, Any], kept: str) -> int:
+    """A run stopped early with something finished: what was kept, where, and why it stopped."""
+    from ..measure import stopping
+
+    st = doc["stopped"]
+    where = f"; written to {args.out}" if args.out else ""
+    err.print(f"bench stopped: {clean(st['reason'])}; kept {kept}{where}", highlight=False, markup=False)
+    return stopping.exit_code(st)
+
+
 def run(args: argparse.Namespace) -> int:
+    from ..measure.stopping import signals_as_interrupts
+
     check_out(args.out)
-    if args.request_rate is not None:
-        return run_open(args)
+    with signals_as_interrupts():
+        if args.request_rate is not None:
+            return run_open(args)
+        return run_closed(args)
+
+
+def run_closed(args: argparse.Namespace) -> int:
     if args.runs is None:
         args.runs = 5
     opts, levels = options_from_args(args)
+    ladder = len(levels) > 1
+    check_plot(args, ladder)
     try:
         result = run_with_progress(opts, levels)
-    except KeyboardInterrupt:
-        err.print("bench interrupted (Ctrl-C): open streams closed, nothing written",
-                  highlight=False, markup=False)
-        return 130
-    ladder = len(levels) > 1
+    except KeyboardInterrupt as exc:
+        return interrupted(exc)
     if not emit(args, result, render_ladder if ladder else render):
         return 1
     if ladder:
         if args.plot:
             from ..measure.plot import plot_ladders
 
-            try:
-                out.print(f"wrote {plot_ladders([result], args.plot)}")
-            except UserError as exc:
-                err.print(f"plot skipped: {exc}", highlight=False, markup=False)
+            draw(lambda: plot_ladders([result], args.plot))
+        if result.get("stopped"):
+            return say_stopped(args, result, "concurrency " + ", ".join(
+                str(lv["concurrency"]) for lv in result["levels"]))
         ok = all(lv["summary"]["ok_runs"] == args.runs and not lv["summary"]["failed_requests"]
                  for lv in result["levels"])
         return 0 if ok else 1
+    if result.get("stopped"):
+        return say_stopped(args, result, f"{len(result['runs'])} of {args.runs} runs")
     s = result["summary"]
     return 0 if s["ok_runs"] == args.runs and not s["failed_requests"] else 1
+
+
+def draw(plot: Any) -> None:
+    """Draw the plot checked before the run (check_plot); a failure now is one line."""
+    try:
+        out.print(f"wrote {plot()}", highlight=False, markup=False)
+    except UserError as exc:
+        err.print(f"plot skipped: {exc}", highlight=False, markup=False)
+    except (OSError, ValueError, RuntimeError) as exc:  # the disk filled, a device went away
+        err.print(f"plot skipped: {type(exc).__name__}: {exc}", highlight=False, markup=False)
 
 
 def emit(args: argparse.Namespace, doc: dict[str, Any], show: Any) -> bool:
@@ -280,13 +377,10 @@ def open_options(args: argparse.Namespace) -> Any:
 
 
 def run_open_with_progress(opts: Any) -> dict[str, Any]:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from ..documents.serving_doc import rate_label
     from ..measure.open_loop import rate_json, run_open_loop
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err, transient=True) as prog:
+    with progress_bar() as prog:
         task = prog.add_task("open loop", total=None)
 
         def cb(i: int, k: int, n: int) -> None:
@@ -349,21 +443,22 @@ def render_open(doc: dict[str, Any]) -> None:
 
 
 def run_open(args: argparse.Namespace) -> int:
+    from ..documents.serving_doc import rate_label
+
     opts = open_options(args)
+    check_plot(args, True)
     try:
         doc = run_open_with_progress(opts)
-    except KeyboardInterrupt:
-        err.print("bench interrupted (Ctrl-C): open streams closed, nothing written",
-                  highlight=False, markup=False)
-        return 130
+    except KeyboardInterrupt as exc:
+        return interrupted(exc)
     if not emit(args, doc, render_open):
         return 1
     if args.plot:
         from ..measure.plot import plot_serving
 
-        try:
-            out.print(f"wrote {plot_serving([doc], args.plot)}")
-        except UserError as exc:
-            err.print(f"plot skipped: {exc}", highlight=False, markup=False)
+        draw(lambda: plot_serving([doc], args.plot))
+    if doc.get("stopped"):
+        return say_stopped(args, doc, "rate " + ", ".join(f"{rate_label(e['request_rate'])}/s"
+                                                           for e in doc["rates"]))
     ran = len(doc["rates"]) == len(opts.rates)
     return 0 if ran and not any(e["summary"]["failed"] for e in doc["rates"]) else 1

@@ -34,6 +34,9 @@ from dataclasses import dataclass
 from ..runtime.errors import UserError
 
 MAX_RATE = 1e6           # requests per second
+MIN_RATE = 1e-6          # slower waits days per request (and 1/rate must stay a finite number)
+MIN_BURSTINESS = 1e-3    # a smaller Gamma shape underflows (NaN or no gap at all)
+MAX_SPAN_S = 1e6         # the last planned arrival: at most ~11.6 days after the first
 MAX_REQUESTS = 100_000   # per rate: every request keeps a record (bounded memory)
 MAX_BURSTINESS = 1e3
 MAX_SEED = 2**32 - 1     # numpy's legacy seed range
@@ -140,7 +143,19 @@ def arrival_times(rate: float, burstiness: float, seed: int, *, count: int | Non
                             exit_code=2)
         out.append(t)
         t += s.exponential(1.0 / rate) if burstiness == 1.0 else s.gamma(burstiness, theta)
+        if not math.isfinite(t):  # bounded flags keep this out; never send at a NaN time
+            raise UserError(f"--request-rate {rate:g} with --burstiness {burstiness:g}: the arrival "
+                            "times are no finite numbers; raise either", exit_code=2)
     return out
+
+
+def check_span(rate: float, count: int) -> None:
+    """``count`` requests at ``rate``/s take about count / rate seconds: more than MAX_SPAN_S is a
+    run that never ends in practice (UserError 2, before anything is sent)."""
+    if not math.isinf(rate) and count > 1 and (count - 1) / rate > MAX_SPAN_S:
+        raise UserError(f"--request-rate {rate:g} with {count} requests: the last is due about "
+                        f"{(count - 1) / rate:.3g} s after the first (more than {MAX_SPAN_S:g} s); "
+                        "raise the rate or send fewer requests", exit_code=2)
 
 
 def request_order(n_prompts: int, n_requests: int, seed: int, order: str) -> list[int]:
@@ -154,13 +169,18 @@ def request_order(n_prompts: int, n_requests: int, seed: int, order: str) -> lis
 # ---------------------------------------------------------------- flags
 
 
-def _number(text: str, flag: str) -> float:
+def _number(text: str, flag: str, whole: str | None = None) -> float:
+    """``text`` as a number (not NaN); the message names ``whole``, the flag's value, when
+    ``text`` is a part of it."""
+    part = whole is not None and whole != text
+    bad = UserError(f"{flag} {whole!r}: {text!r} is not a number" if part else f"{flag} {text!r}: not a number",
+                    exit_code=2)
     try:
         v = float(text)
     except ValueError:
-        raise UserError(f"{flag} {text!r}: not a number", exit_code=2) from None
+        raise bad from None
     if math.isnan(v):
-        raise UserError(f"{flag} {text!r}: not a number", exit_code=2)
+        raise bad
     return v
 
 
@@ -172,8 +192,8 @@ def parse_rates(text: str) -> list[float]:
     rates = []
     for x in items:
         v = _number(x, "--request-rate")
-        if not (v > 0 and (v <= MAX_RATE or math.isinf(v))):
-            raise UserError(f"--request-rate {x}: requests per second, more than 0 and at most "
+        if not (MIN_RATE <= v <= MAX_RATE or (math.isinf(v) and v > 0)):
+            raise UserError(f"--request-rate {x}: requests per second, from {MIN_RATE:g} to "
                             f"{MAX_RATE:g} (or inf: all at once)", exit_code=2)
         rates.append(v)
     if len(set(rates)) != len(rates):
@@ -182,9 +202,9 @@ def parse_rates(text: str) -> list[float]:
 
 
 def check_burstiness(k: float) -> float:
-    if not (0 < k <= MAX_BURSTINESS):  # NaN fails too
-        raise UserError(f"--burstiness {k:g}: the Gamma shape, more than 0 and at most "
-                        f"{MAX_BURSTINESS:g} (1 = Poisson)", exit_code=2)
+    if not (MIN_BURSTINESS <= k <= MAX_BURSTINESS):  # NaN fails too
+        raise UserError(f"--burstiness {k!r}: the Gamma shape, from {MIN_BURSTINESS:g} to "
+                        f"{MAX_BURSTINESS:g} (1 = Poisson, smaller is burstier)", exit_code=2)
     return float(k)
 
 
@@ -232,7 +252,7 @@ def parse_lengths(text: str, flag: str, allow_file: bool = False) -> Lengths:
     parts = rest.split(",")
     if kind not in ("uniform", "lognormal") or len(parts) != 2:
         raise bad
-    a, b = (_number(p, flag) for p in parts)
+    a, b = (_number(p, flag, str(text)) for p in parts)
     if kind == "uniform" and not (a == int(a) and b == int(b) and 1 <= a <= b <= 1_000_000):
         raise UserError(f"{flag} {text!r}: uniform:LO,HI with whole numbers 1 <= LO <= HI", exit_code=2)
     if kind == "lognormal" and not (1 <= a <= 1_000_000 and 0 <= b <= 10):

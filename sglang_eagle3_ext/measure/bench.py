@@ -44,7 +44,7 @@ from typing import Any
 
 from ..documents.bench_doc import LADDER_SCHEMA, SCHEMA, level_summary
 from ..runtime.errors import UserError
-from . import httpio
+from . import httpio, stopping
 from .chat_client import (
     _COUNTER_GEN,
     _COUNTER_VERIFY,
@@ -132,11 +132,14 @@ def _stream_all(ep: Endpoint, bodies: list[dict[str, Any]], recs: list[RequestRe
     if len(recs) == 1:
         _guarded(ep, bodies[0], recs[0])
         return
-    threads = [threading.Thread(target=_guarded, args=(ep, b, r), daemon=True)
-               for b, r in zip(bodies, recs, strict=True)]
+    threads = []
     try:
-        for t in threads:
-            t.start()
+        for b, r in zip(bodies, recs, strict=True):
+            t = threading.Thread(target=_guarded, args=(ep, b, r), daemon=True)
+            if stopping.start_thread(t):
+                threads.append(t)
+            else:  # a thread limit: this request fails (its run does not count), the bench goes on
+                r.error = stopping.NO_THREAD
         for t in threads:
             while t.is_alive():
                 t.join(0.1)
@@ -150,6 +153,11 @@ def _guarded(ep: Endpoint, body: dict[str, Any], rec: RequestRecord) -> None:
     traceback on stderr while its request counts as fine."""
     try:
         stream_request(ep, body, rec)
+    except RuntimeError as exc:
+        if "thread" not in str(exc):
+            rec.error = f"unexpected RuntimeError: {exc} (a bug in sgl-eagle3: please report it)"
+        else:  # the deadline watchdog could not start at a thread limit
+            rec.error = "failed: the client could not start a thread (the process is at its thread or task limit)"
     except Exception as exc:  # noqa: BLE001 - last resort: the request fails, the bench goes on
         rec.error = f"unexpected {type(exc).__name__}: {exc} (a bug in sgl-eagle3: please report it)"
 
@@ -232,9 +240,11 @@ def summarize(values: list[float]) -> dict[str, float | None]:
     }
 
 
-def run_bench(opts: BenchOptions, progress: Callable[[str, int, int], None] | None = None
-              ) -> dict[str, Any]:
-    """Warm-up runs (discarded) then ``opts.runs`` measured runs; returns the result document."""
+def run_bench(opts: BenchOptions, progress: Callable[[str, int, int], None] | None = None,
+              keep_partial: bool = True) -> dict[str, Any]:
+    """Warm-up runs (discarded) then ``opts.runs`` measured runs; returns the result document.
+    An interrupt after a measured run keeps the runs finished (``stopped`` says why; with
+    ``keep_partial`` False, or none finished, it raises)."""
     if opts.runs < 1 or opts.warmup < 0 or opts.concurrency < 1 or opts.max_tokens < 1:
         raise UserError("--runs, --concurrency and --max-tokens must be >= 1, --warmup >= 0",
                         exit_code=2)
@@ -252,7 +262,14 @@ def run_bench(opts: BenchOptions, progress: Callable[[str, int, int], None] | No
         is_warm = i < opts.warmup
         if progress:
             progress("warmup" if is_warm else "run", i, total)
-        r = run_once(ep, opts, model, i)
+        try:
+            r = run_once(ep, opts, model, i)
+        except KeyboardInterrupt as exc:  # Ctrl-C / SIGTERM / SIGHUP (stopping.py)
+            if not keep_partial or not runs:
+                raise
+            doc = build_result(opts, model, runs, warm)
+            doc["stopped"] = stopping.stop_record(exc, f"run {i - opts.warmup + 1} of {opts.runs}")
+            return doc
         (warm if is_warm else runs).append(r)
     if progress:
         progress("done", total, total)
@@ -375,9 +392,17 @@ def run_ladder(opts: BenchOptions, levels: list[int],
     """
     out: list[dict[str, Any]] = []
     model = opts.model
+    stopped: dict[str, Any] | None = None
     for n in levels:
         cb = (lambda ph, i, t, n=n: progress(n, ph, i, t)) if progress else None
-        doc = run_bench(replace(opts, concurrency=n, model=model), progress=cb)
+        try:  # a level cut short is left out; the levels finished are kept (stopping.py)
+            doc = run_bench(replace(opts, concurrency=n, model=model), progress=cb, keep_partial=False)
+        except (UserError, KeyboardInterrupt) as exc:
+            if not out:
+                raise
+            stopped = stopping.stop_record(exc, f"concurrency {n}")
+            stopped["at_level"] = n
+            break
         model = doc["model"]  # detected once
         out.append({"concurrency": n, "summary": level_summary(doc), "bench": doc})
     return {
@@ -395,4 +420,5 @@ def run_ladder(opts: BenchOptions, levels: list[int],
             "accept_length": "completion tokens / verify calls, incl. the bonus token",
         },
         "levels": out,
+        **({"stopped": stopped} if stopped else {}),
     }

@@ -14,11 +14,13 @@ Stdlib only, cheap per chunk (benchmarks/bench_client_overhead.py measures the c
 
 from __future__ import annotations
 
+import heapq
 import http.client
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 LINE_CAP = 1 << 20   # one SSE line (a chunk of a few tokens is < 1 KiB)
 BODY_CAP = 8 << 20   # a GET body: /v1/models, /metrics (SGLang's page is ~100 KiB with histograms)
@@ -39,7 +41,7 @@ class Deadline:
         self._clock = clock
         self._end = clock() + seconds
         self.fired = False
-        self._timer: threading.Timer | None = None
+        self._timer: list[Any] | None = None
         self._sock: socket.socket | None = None
 
     def left(self) -> float:
@@ -70,14 +72,13 @@ class Deadline:
                 except OSError:
                     pass
 
-        self._timer = threading.Timer(max(0.0, self.left()), fire)
-        self._timer.daemon = True
-        self._timer.start()
+        self._timer = _WATCHDOG.add(time.monotonic() + max(0.0, self.left()), fire)
         return conn.sock
 
     def cancel(self) -> None:
         if self._timer is not None:
-            self._timer.cancel()
+            _WATCHDOG.cancel(self._timer)
+            self._timer = None
 
     def arm(self, conn: http.client.HTTPConnection) -> None:
         """Before a blocking read: the socket waits at most the time left."""
@@ -127,3 +128,62 @@ def read_body(conn: http.client.HTTPConnection, resp: http.client.HTTPResponse, 
         buf += data
         if len(buf) > cap:
             raise BadStream(f"an answer longer than {cap // (1 << 20)} MiB")
+
+
+class _Watchdog:
+    """One thread for every request's deadline (a timer thread per request doubled the threads a
+    run needs, and a process at its thread limit could not start them)."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._heap: list[list[Any]] = []   # [when, seq, fire or None (cancelled)]
+        self._seq = 0
+        self._cancelled = 0
+        self._thread: threading.Thread | None = None
+
+    def add(self, when: float, fire: Callable[[], None]) -> list[Any]:
+        entry: list[Any] = [when, 0, fire]
+        with self._cv:
+            self._seq += 1
+            entry[1] = self._seq
+            heapq.heappush(self._heap, entry)
+            if self._thread is None or not self._thread.is_alive():
+                t = threading.Thread(target=self._run, name="bench-deadlines", daemon=True)
+                try:
+                    t.start()
+                    self._thread = t
+                except RuntimeError:  # a thread limit: each read still waits at most the time left
+                    pass              # (Deadline.arm); the next request tries again
+            self._cv.notify()
+        return entry
+
+    def cancel(self, entry: list[Any]) -> None:
+        with self._cv:
+            if entry[2] is not None:
+                entry[2] = None
+                self._cancelled += 1
+            if self._cancelled > 1024 and 2 * self._cancelled > len(self._heap):  # long timeouts
+                self._heap = [e for e in self._heap if e[2] is not None]
+                heapq.heapify(self._heap)
+                self._cancelled = 0
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while self._heap and self._heap[0][2] is None:
+                    heapq.heappop(self._heap)
+                    self._cancelled = max(0, self._cancelled - 1)
+                if not self._heap:
+                    self._cv.wait()
+                    continue
+                wait = self._heap[0][0] - time.monotonic()
+                if wait > 0:
+                    self._cv.wait(min(wait, 1.0))
+                    continue
+                entry = heapq.heappop(self._heap)
+                fire, entry[2] = entry[2], None
+            if fire is not None:
+                fire()
+
+
+_WATCHDOG = _Watchdog()

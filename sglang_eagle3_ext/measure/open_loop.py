@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..runtime.errors import UserError
-from . import arrivals, httpio, serving_stats
+from . import arrivals, httpio, serving_stats, stopping
 from .bench import (
     BenchOptions,
     _guarded,
@@ -38,6 +38,10 @@ from .prompts import PromptItem
 
 LATE_WARN_S = 0.010   # a send later than this after its time (slot free) is named in a warning
 WARMUP_TOKENS = 32    # bench_serving: min(output_len, 32)
+# Requests in flight at once without --max-concurrency: one thread each, so --request-rate inf
+# --num-requests 100000 does not ask for 100 000 threads. Above SGLang's usual max running
+# requests, so the server's own queue is full before this one holds anything.
+MAX_IN_FLIGHT = 4096
 
 
 @dataclass
@@ -116,6 +120,9 @@ def check(opts: OpenLoopOptions) -> None:
                                 f"{arrivals.MAX_REQUESTS} requests (rate inf needs --num-requests)", 2)
     elif not (opts.num_requests and 1 <= opts.num_requests <= arrivals.MAX_REQUESTS):
         raise UserError(f"--num-requests: 1 to {arrivals.MAX_REQUESTS}", exit_code=2)
+    else:
+        for r in opts.rates:
+            arrivals.check_span(r, opts.num_requests)
     if opts.max_concurrency is not None and not 1 <= opts.max_concurrency <= 100_000:
         raise UserError("--max-concurrency: a whole number >= 1", exit_code=2)
     if not 1 <= opts.max_tokens <= 1_000_000 or not 0 <= opts.warmup <= 1000:
@@ -198,6 +205,8 @@ def run_rate(ep: Endpoint, opts: OpenLoopOptions, model: str, rate: float,
     queued: list[float] = [0.0] * len(planned)
     slots = threading.BoundedSemaphore(opts.max_concurrency) if opts.max_concurrency else None
     threads: list[threading.Thread] = []
+    live: list[threading.Thread] = []  # started and maybe still running (stopping.start_thread)
+    held = 0
     before = scrape(ep)
     epoch0 = time.time()
     t0 = time.perf_counter()
@@ -210,10 +219,22 @@ def run_rate(ep: Endpoint, opts: OpenLoopOptions, model: str, rate: float,
                 while not slots.acquire(timeout=0.1):
                     pass
                 ready[k] = max(due, time.perf_counter())
-            queued[k] = ready[k] - due
             th = threading.Thread(target=_worker, args=(ep, bodies[k], recs[k], slots), daemon=True)
-            th.start()
-            threads.append(th)
+            if len(live) >= MAX_IN_FLIGHT:  # the client's own bound: wait for the oldest to end
+                live[:] = [t for t in live if t.is_alive()]
+                while len(live) >= MAX_IN_FLIGHT:
+                    live[0].join(0.05)
+                    live[:] = [t for t in live if t.is_alive()]
+            if not stopping.start_thread(th, live):  # a thread limit with nothing left to wait for
+                recs[k].error = stopping.NO_THREAD
+                recs[k].end_at = time.perf_counter()
+                if slots is not None:
+                    slots.release()
+            else:
+                threads.append(th)
+            if time.perf_counter() - due > LATE_WARN_S and ready[k] == due:  # held by the client
+                held += 1
+            queued[k] = ready[k] - due
             if progress:
                 progress(k + 1, len(planned))
         for th in threads:
@@ -243,6 +264,12 @@ def run_rate(ep: Endpoint, opts: OpenLoopOptions, model: str, rate: float,
         warnings.append(f"rate {rate:g}/s: {sched['late_sends']} of {len(reqs)} requests were sent more "
                         f"than {LATE_WARN_S * 1000:g} ms after their time (max {sched['late_max_ms']:.1f} ms): "
                         "the client did not keep the schedule; the figures are of the load it sent")
+    if held:
+        warnings.append(f"rate {rate:g}/s: {held} request(s) waited for the client to start them (at most "
+                        f"{MAX_IN_FLIGHT} in flight, or the process's thread limit): their late_ms says how long")
+    unsent = sum(1 for r in recs if r.error == stopping.NO_THREAD)
+    if unsent:
+        warnings.append(f"rate {rate:g}/s: {unsent} request(s) {stopping.NO_THREAD}")
     truncated = sum(1 for r in recs if r.truncated)
     if truncated:
         warnings.append(f"rate {rate:g}/s: {truncated} stream(s) sent more text chunks than tokens asked; "
@@ -302,7 +329,12 @@ def _schedule(planned: list[Planned], reqs: list[dict[str, Any]], duration: floa
 
 def run_open_loop(opts: OpenLoopOptions, progress: Callable[[int, int, int], None] | None = None
                   ) -> dict[str, Any]:
-    """Every rate in the order given against one server; the eagle3_serving/1 document."""
+    """Every rate in the order given against one server; the eagle3_serving/1 document.
+
+    A rate that cannot run (its warm-up failed, /flush_cache refused) or an interrupt (Ctrl-C,
+    SIGTERM, SIGHUP: stopping.Interrupted) after at least one finished rate ends the run there:
+    the finished rates are kept and ``stopped`` says where and why (the rate cut short is left
+    out: its figures would describe a part of its schedule). With nothing finished it raises."""
     from ..documents.serving_doc import DEFINITIONS, SCHEMA
 
     check(opts)
@@ -310,9 +342,17 @@ def run_open_loop(opts: OpenLoopOptions, progress: Callable[[int, int, int], Non
     model = probe_model(ep, opts.model)
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     rates: list[dict[str, Any]] = []
+    stopped: dict[str, Any] | None = None
     for i, rate in enumerate(opts.rates):
         cb = (lambda k, n, i=i: progress(i, k, n)) if progress else None
-        entry = run_rate(ep, opts, model, rate, cb)
+        try:
+            entry = run_rate(ep, opts, model, rate, cb)
+        except (UserError, KeyboardInterrupt) as exc:
+            if not rates:
+                raise
+            stopped = stopping.stop_record(exc, f"rate {rate:g}/s")
+            stopped["at_rate"] = rate_json(rate)
+            break
         rates.append(entry)
         if not entry["summary"]["completed"] and i + 1 < len(opts.rates):
             entry["warnings"].append(f"every request at {rate:g}/s failed: the rates after it were not run")
@@ -331,6 +371,7 @@ def run_open_loop(opts: OpenLoopOptions, progress: Callable[[int, int, int], Non
                    "prompts_file": opts.prompts_file},
         "definitions": DEFINITIONS,
         "rates": rates,
+        **({"stopped": stopped} if stopped else {}),
     }
 
 

@@ -19,6 +19,7 @@ into the open-loop result per request (``PromptItem.meta``).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,14 +115,28 @@ def _object_item(obj: dict[str, Any], path: str, where: str) -> PromptItem | Non
     return PromptItem(prompt, _length(obj, path, where), _meta(obj))
 
 
+_JSON_VALUE = re.compile(r'\s*(["{\[\]}\-0-9]|(true|false|null)\s*[,\]}])')
+
+
+def json_shaped(stripped: str) -> bool:
+    """Does the text open as JSON does: ``[`` or ``{`` followed by a JSON value (or the close)?
+    A plain-text prompt may begin with a bracket too (``[INST] ...``, ``{name} wrote ...``)."""
+    return stripped[:1] in ("[", "{") and _JSON_VALUE.match(stripped, 1) is not None
+
+
 def parse_items(text: str, path: str = "FILE") -> list[PromptItem]:
-    """Prompt items from a file's text, in any of the formats above; UserError(2) when malformed."""
+    """Prompt items from a file's text, in any of the formats above; UserError(2) when malformed.
+    A UTF-8 byte-order mark (what some editors save) is not part of the text."""
+    text = text.removeprefix("\ufeff")
     stripped = text.lstrip()
+    if not json_shaped(stripped):
+        return [PromptItem(line) for line in text.splitlines() if line.strip()]
     if stripped.startswith("["):
         try:
             data = json_loads(text)
         except ValueError as exc:
-            raise _bad(path, f"invalid JSON list ({exc})") from exc
+            raise _bad(path, f"invalid JSON list ({exc}); it opens as JSON does, so it is not read as "
+                             "one prompt per line") from exc
         if data and all(isinstance(x, dict) for x in data):
             items = [_object_item(obj, path, f"item {i}") for i, obj in enumerate(data)]
             return [it for it in items if it is not None]
