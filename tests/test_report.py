@@ -155,7 +155,7 @@ def test_bad_inputs_are_one_line(tmp_path, capsys):
                          ([empty, "--out", tmp_path / "x.html"], "no scan.json, sweep results.json or bench"),
                          ([other, "--out", tmp_path / "x.html"], "not a result of sgl-eagle3"),
                          ([bad, "--out", tmp_path / "x.html"], "results.json"),
-                         ([SCAN, "--out", tmp_path], "a folder")):
+                         ([SCAN, "--out", tmp_path], "a folder; give a file name such as " + str(tmp_path / "report.html"))):
         rc, _, err = _report(capsys, *argv)
         assert rc == 2 and err.startswith("error: ") and err.count("\n") == 1 and needle in err, (argv, err)
         assert not (tmp_path / "x.html").exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..runtime.errors import UserError
 from .console import err, out
 
 HELP = ("One self-contained HTML page (tables and pictures inline, no other file) of a scan folder, a "
@@ -42,6 +43,8 @@ def run(args: argparse.Namespace) -> int:
     from ..measure.plot_report import build
 
     dest = args.out or str(default_out(args.paths))
+    if Path(dest).is_dir():
+        raise UserError(f"--out {dest}: a folder; give a file name such as {Path(dest) / 'report.html'}", exit_code=2)
     check_destination(dest)  # before any drawing: a folder, an unwritable place is one line
     report = build(args.paths, args.title)
     for n in report.notes:

@@ -94,7 +94,7 @@ def _level_n(lv: dict[str, Any]) -> Any:
     return lv.get("concurrency", (lv.get("summary") or {}).get("concurrency"))
 
 
-def plot_ladders(docs: list[dict[str, Any]], path: Target) -> Any:
+def plot_ladders(docs: list[dict[str, Any]], path: Target, title: str | None = None) -> Any:
     """Two panels against concurrency (log2 axis): per-stream decode tok/s and total tok/s; the
     baseline ladder (a no-spec config) grey and dashed; one legend below both panels."""
     plt = pyplot()
@@ -117,7 +117,7 @@ def plot_ladders(docs: list[dict[str, Any]], path: Target) -> Any:
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
     legend_below(fig, (a1, a2))
-    fig.suptitle("concurrency ladder")
+    fig.suptitle(title or "concurrency ladder")
     return save(plt, fig, path, mkdir=isinstance(path, (str, Path)))
 
 

@@ -22,7 +22,7 @@ def state_label(cell: dict[str, Any]) -> str:
     steps, topk = cell["steps"], cell.get("topk") or 1
     if topk > 1:
         return f"t{steps}x{topk}x{cell.get('draft_tokens') or '?'}"
-    return "step 0" if steps == 0 else f"{steps} step{'s' if steps > 1 else ''}"
+    return "step 0 (SGLang)" if steps == 0 else f"{steps} step{'s' if steps > 1 else ''}"
 
 
 def _order(cell: dict[str, Any]) -> tuple[Any, ...]:
