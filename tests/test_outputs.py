@@ -176,7 +176,8 @@ def test_adaptive_launch_with_line_quotes_the_path(tmp_path, capsys):
 def test_sweep_bad_out_is_one_line_before_any_server(tmp_path, capsys):
     (tmp_path / "afile").write_text("x")
     spec = tmp_path / "s.yaml"
-    spec.write_text("name: s\nlaunch: {model: /nonexistent}\nmatrix: {steps: [1], topk: [1]}\n")
+    model = os.path.join(os.path.dirname(__file__), "data", "layers", "llama31_8b_target")  # config, no weights
+    spec.write_text(f"name: s\nlaunch: {{model: {model}}}\nmatrix: {{steps: [1], topk: [1]}}\n")
     rc = cli.main(["sweep", str(spec), "--out", str(tmp_path / "afile" / "d")])
     err = capsys.readouterr().err
     assert rc == 2 and "part of this path is a file" in err and len(err.strip().splitlines()) == 1, err

@@ -28,11 +28,12 @@ from sglang_eagle3_ext.serve import server
 from sglang_eagle3_ext.tune import sweep
 
 RATES = [0.8, 0.6, 0.4, 0.3, 0.2]
-SWEEP_YAML = """
+LAYERS = REPO / "tests" / "data" / "layers"  # model configs without weights: the paths check passes
+SWEEP_YAML = f"""
 name: fake
 launch:
-  model: /models/target
-  draft: /models/draft
+  model: {LAYERS / "llama31_8b_target"}
+  draft: {LAYERS / "draft_2_30_58"}
   tp: 8
 matrix:
   steps: [1, 2, 3, 5]
@@ -40,7 +41,7 @@ matrix:
   nccl: [tuned]
 baseline: true
 profile: true
-bench: {runs: 1, warmup: 0, max_tokens: 21, prompt: "hello"}
+bench: {{runs: 1, warmup: 0, max_tokens: 21, prompt: "hello"}}
 """
 
 
@@ -261,6 +262,43 @@ def test_plan_starts_nothing(spec_file, monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(sweep, "default_factory", fac)
     assert cli.main(["sweep", str(spec_file), "--plan", "--out", str(tmp_path / "o")]) == 0
     assert fac.started == [] and "eagle3 s5 k1 d6 nccl=tuned" in capsys.readouterr().out
+
+
+def test_missing_model_paths_are_one_line_before_any_server(monkeypatch, capsys, tmp_path):
+    """The Kimi example without KIMI_K25_PATH / KIMI_K25_EAGLE3_PATH: each of the 10 configs used
+    to start, fail on the same missing folder (20 identical lines) and still write a results file.
+    Now: one line naming the variable, exit 2, no server, no output folder."""
+    fac = Factory()
+    monkeypatch.setattr(sweep, "default_factory", fac)
+    for var in ("KIMI_K25_PATH", "KIMI_K25_EAGLE3_PATH"):
+        monkeypatch.delenv(var, raising=False)
+    out = tmp_path / "o"
+    rc = cli.main(["sweep", str(REPO / "examples" / "sweep-kimi.yaml"), "--out", str(out)])
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1, err
+    assert "none of its 10 configs can start, nothing started" in lines[0]
+    assert "KIMI_K25_PATH is not set" in lines[0] and lines[0].count("no such folder") == 1
+    assert fac.started == [] and not out.exists()
+    # the target found, the draft not: only the speculative configs are named
+    monkeypatch.setenv("KIMI_K25_PATH", str(LAYERS / "kimi_k25_target"))
+    rc = cli.main(["sweep", str(REPO / "examples" / "sweep-kimi.yaml"), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "8 of its 10 configs cannot start" in err and "KIMI_K25_EAGLE3_PATH" in err, err
+    assert "[every speculative config]" in err and fac.started == [] and not out.exists()
+
+
+def test_a_folder_without_config_is_named_with_its_configs(tmp_path):
+    """Different problems are each said once, with the configs they stop."""
+    (tmp_path / "empty").mkdir()
+    p = tmp_path / "s.yaml"
+    p.write_text(f"name: m\nlaunch: {{model: {LAYERS / 'llama31_8b_target'}, draft: {tmp_path / 'empty'}}}\n"
+                 "matrix: {steps: [1, 2]}\nbaseline: true\n")
+    with pytest.raises(UserError) as ei:
+        sweep.check_paths(sweep.load_spec(p))
+    msg = str(ei.value)
+    assert ei.value.exit_code == 2 and "2 of its 3 configs cannot start" in msg
+    assert "no config.json inside" in msg and msg.count("no config.json") == 1
 
 
 def test_examples_parse():

@@ -26,13 +26,14 @@ from sglang_eagle3_ext.serve import server
 from sglang_eagle3_ext.tune import sweep, tiers
 
 LEVELS = (1, 4, 8)
-YAML = """
+LAYERS = Path(__file__).resolve().parent / "data" / "layers"  # model configs (no weights): the paths check passes
+YAML = f"""
 name: load
-launch: {model: /m, draft: /d}
-matrix: {steps: [0, 1, 3]}
+launch: {{model: {LAYERS / "llama31_8b_target"}, draft: {LAYERS / "draft_2_30_58"}}}
+matrix: {{steps: [0, 1, 3]}}
 concurrency: [1, 4, 8]
 profile: true
-bench: {runs: 1, warmup: 0, max_tokens: 41, prompt: hi}
+bench: {{runs: 1, warmup: 0, max_tokens: 41, prompt: hi}}
 """
 
 

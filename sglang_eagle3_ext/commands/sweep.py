@@ -147,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
     refuse_exported("sweep")  # before any server: every config would run the exported schedule / policy
     for note in command_notes("sweep"):  # our NCCL / probe variables: not passed to its servers
         err.print(f"note: {note}", highlight=False, markup=False)
+    sweep.check_paths(spec)  # a missing model folder: one line here, not one failure per config
     if (out_dir / "results.json").exists() and not args.resume:
         raise UserError(f"{out_dir / 'results.json'} exists: pass --resume to continue it, or another --out",
                         exit_code=2)

@@ -161,18 +161,42 @@ def cli_values(ns: Any) -> dict[str, Any]:
     return values
 
 
+# an expanded preset value -> (the variable it came from, whether that variable was set), so that a
+# path which turns out missing can name the variable to set (path_hint)
+_FROM_VAR: dict[str, tuple[str, bool]] = {}
+
+
 def expand(value: str) -> str:
     """``${VAR}`` / ``${VAR:-default}`` and a leading ``~`` (presets name machine-local paths)."""
+    used: list[tuple[str, bool]] = []
+
     def sub(m: re.Match[str]) -> str:
         v = os.environ.get(m.group(1))
         if v:
+            used.append((m.group(1), True))
             return v
         if m.group(2) is not None:
+            used.append((m.group(1), False))
             return m.group(2)
         raise UserError(f"preset value {value!r} needs ${m.group(1)} set (or a ${{VAR:-default}})", 2)
 
-    out = _VAR_RE.sub(sub, value)
-    return os.path.expanduser(out)
+    out = os.path.expanduser(_VAR_RE.sub(sub, value))
+    if used:
+        _FROM_VAR[out] = used[0]
+    return out
+
+
+def path_hint(value: str | os.PathLike[str] | None, instead: str) -> str:
+    """For an error about a path: which preset variable made it and what to do ("" if none did);
+    ``instead`` is the other way to give it ("give --model PATH")."""
+    got = _FROM_VAR.get(str(value)) if value is not None else None
+    if got is None:
+        return ""
+    var, was_set = got
+    if was_set:
+        return f"; it comes from ${var}: point {var} at the folder, or {instead}"
+    return (f"; it is the preset's default, used because {var} is not set: "
+            f"export {var}=/path/to/the/folder, or {instead}")
 
 
 def preset_dirs() -> list[Path]:

@@ -70,14 +70,19 @@ def eagle3_archs(env: SGLangEnv) -> frozenset[str]:
     return _eagle3_archs(str(env.package_dir))
 
 
-def read_architecture(path: str | Path, what: str) -> str:
-    """architectures[0] of a model folder's config.json; UserError(2) when it isn't there."""
+def read_architecture(path: str | Path, what: str, instead: str | None = None) -> str:
+    """architectures[0] of a model folder's config.json; UserError(2) when it isn't there.
+    ``instead``: the other way to give the path, for the hint when a preset variable made it
+    (default: "give WHAT PATH")."""
+    from .launch_config import path_hint
+
+    hint = path_hint(path, instead or f"give {what} PATH")
     p = Path(path).expanduser()
     if not p.exists():
-        raise UserError(f"{what} {p}: no such folder (local paths only; nothing is downloaded)", 2)
+        raise UserError(f"{what} {p}: no such folder (local paths only; nothing is downloaded){hint}", 2)
     cfg_file = p / "config.json"
     if not cfg_file.is_file():
-        raise UserError(f"{what} {p}: no config.json inside (is this a model folder?)", 2)
+        raise UserError(f"{what} {p}: no config.json inside (is this a model folder?){hint}", 2)
     try:
         cfg = json_loads(read_text(cfg_file, what="a model config", limit=CONFIG_LIMIT), strict=False)
     except (OSError, ValueError) as exc:

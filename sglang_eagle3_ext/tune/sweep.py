@@ -225,6 +225,44 @@ def launch_config(spec: SweepSpec, c: ConfigSpec, cdir: Path) -> Any:
     return lcfg.override(base, **fields)
 
 
+def check_paths(spec: SweepSpec) -> None:
+    """Every config's launch settings and model folders, before the first server starts.
+
+    A missing model folder (or a preset variable left unset) would otherwise fail every config in
+    turn, one server start and one error line each, and still end in a results file. Here it is
+    one line naming each distinct problem, exit 2, nothing started or written. Only what needs no
+    SGLang is checked (the folders hold a config.json); the release's own rules stay with the
+    per-config validation."""
+    from ..serve.release_flags import read_architecture
+
+    problems: dict[str, list[str]] = {}
+    for c in spec.configs:
+        try:
+            cfg = launch_config(spec, c, Path("."))
+            if not cfg.model:
+                raise UserError("no target model: set launch: {model: PATH} or a preset that sets model:",
+                                exit_code=2)
+            read_architecture(cfg.model, "model", "set launch: {model: PATH} in the sweep file")
+            if not c.baseline and cfg.draft:
+                read_architecture(cfg.draft, "draft", "set launch: {draft: PATH} in the sweep file")
+        except UserError as exc:
+            problems.setdefault(str(exc), []).append(c.name)
+    if not problems:
+        return
+    total = len(spec.configs)
+    bad = {n for names in problems.values() for n in names}
+    speculative = [c.name for c in spec.configs if not c.baseline]
+
+    def which(names: list[str]) -> str:
+        if len(names) == total:
+            return ""
+        return " [every speculative config]" if names == speculative else f" [{', '.join(names)}]"
+
+    parts = [msg + which(names) for msg, names in problems.items()]
+    scope = f"none of its {total} configs can" if len(bad) == total else f"{len(bad)} of its {total} configs cannot"
+    raise UserError(f"{spec.path}: {scope} start, nothing started: {'; '.join(parts)}", exit_code=2)
+
+
 def default_factory(cfg: Any, sglang_root: str | None) -> Any:
     """Validate against the installed (or --sglang-root) SGLang, then a real server.Server."""
     from ..runtime.sglang_env import locate

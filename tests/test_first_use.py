@@ -1,0 +1,50 @@
+"""Mistakes a first user makes, each answered with what to do: a preset path that names the
+variable to set, a scan dry run that leaves nothing behind, a bench result given to `profile`.
+
+Everything runs through the real CLI (in process) on committed samples: model configs without
+weights in tests/data/layers, the H200 sweep in docs/data.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import REPO
+
+from sglang_eagle3_ext import cli
+
+LAYERS = REPO / "tests" / "data" / "layers"
+PRESET = REPO / "launch" / "kimi-k25-eagle3.yaml"
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    rc = cli.main([str(a) for a in argv])
+    c = capsys.readouterr()
+    return rc, c.out, c.err
+
+
+def test_a_preset_path_error_names_the_variable(monkeypatch, capsys):
+    """`launch launch/kimi-k25-eagle3.yaml --dry-run` without KIMI_K25_PATH said only "--model
+    /models/Kimi-K2.5: no such folder": the folder is the preset's default, and the variable that
+    changes it was named nowhere."""
+    monkeypatch.delenv("KIMI_K25_PATH", raising=False)
+    monkeypatch.delenv("KIMI_K25_EAGLE3_PATH", raising=False)
+    rc, _, err = _run(capsys, "launch", PRESET, "--dry-run")
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert "--model /models/Kimi-K2.5: no such folder" in err
+    assert "used because KIMI_K25_PATH is not set: export KIMI_K25_PATH=" in err and "or give --model PATH" in err
+    # set, but to a wrong folder: the variable is still the one to fix
+    monkeypatch.setenv("KIMI_K25_PATH", "/nonexistent/kimi")
+    rc, _, err = _run(capsys, "launch", PRESET, "--dry-run")
+    assert rc == 2 and "it comes from $KIMI_K25_PATH" in err, err
+    # the target found: the draft's variable is named
+    monkeypatch.setenv("KIMI_K25_PATH", str(LAYERS / "kimi_k25_target"))
+    rc, _, err = _run(capsys, "launch", PRESET, "--dry-run")
+    assert rc == 2 and "--draft /models/Kimi-K2.5-eagle3" in err and "KIMI_K25_EAGLE3_PATH is not set" in err, err
+    # a path typed on the command line names no variable
+    rc, _, err = _run(capsys, "launch", PRESET, "--model", "/nonexistent/typed", "--dry-run")
+    assert rc == 2 and "/nonexistent/typed: no such folder" in err and "KIMI" not in err, err
+
+
+def _tree(root: Path) -> list[Path]:
+    return sorted(root.rglob("*"))
