@@ -100,6 +100,9 @@ def _check_phase(plan: Plan, i: int, ph: Any) -> None:
             if bad:
                 raise PlanError(f"{where}: server {s['name']}: unknown key(s) {sorted(bad)} "
                                 f"(known: {sorted(SERVER_KEYS)})")
+            if not isinstance(s["name"], str) or not re.fullmatch(r"[A-Za-z0-9._-]+", s["name"]):
+                raise PlanError(f"{where}: server name {s['name']!r}: a string of letters, digits, '.', '_' "
+                                "and '-' (quote YAML words such as off / on / yes)")
             if "build" not in s:
                 raise PlanError(f"{where}: server {s['name']}: needs 'build' (the models it serves)")
         for w in ph.get("workload") or []:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# On the lent H200: unpack the carried SGLang site bundle (.gpu/site.tar.xz, built here by
-# tools/gpu_bundle.py), set the environment SGLang 0.5.16 needs there, then run "$@".
-#   tools/gpu/run.sh python3 tools/gpu/smoke.py --acceptance oracle --steps 2
+# On a GPU machine without SGLang: unpack the carried SGLang site bundle (.gpu/site.tar.xz, built
+# by tools/gpu_bundle.py), set the environment SGLang 0.5.16 needs there, then run "$@".
+#   bash tools/gpu/run.sh python3 tools/gpu/run_plan.py tools/gpu/plans/smoke.yaml --out $OUT
 # Facts: ../shared/reference/gpu-h200-sglang.md (site first on PYTHONPATH, torch's nvidia/*/lib
 # on LD_LIBRARY_PATH for the prebuilt .so files, ninja from torch's venv for SGLang's JIT kernels,
 # offline hub). The repo itself goes first on PYTHONPATH so the live source wins over the wheel

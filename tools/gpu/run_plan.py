@@ -37,7 +37,7 @@ import plan_file as P  # noqa: E402
 sys.path.insert(0, str(P.REPO))
 SMALL = ["--layers", "4", "--hidden", "256", "--heads", "4", "--kv-heads", "2", "--head-dim", "64",
          "--intermediate", "256", "--vocab", "4096", "--draft-vocab", "1024", "--device", "cpu"]
-OUTPUTS = {"--out", "--log", "--pid-file", "--profile-out", "--output-file"}
+OUTPUTS = {"--out", "--log", "--pid-file", "--profile-out", "--output-file", "--models"}  # what a step writes
 
 
 class Abort(Exception):
@@ -125,6 +125,7 @@ class Runner:
                 proc.send_signal(signal.SIGINT)
                 _reap(proc)
                 fh.write(f"\n[stopped by the hard stop after {time.monotonic() - t:.1f} s]\n")
+                self.record(label, "interrupted", None, time.monotonic() - t)
                 raise
             fh.write(f"\n[exit {rc}, {time.monotonic() - t:.1f} s]\n")
         return rc
@@ -152,20 +153,17 @@ class Runner:
         if cmd in ("launch", "scan"):
             module = "standin_openai" if cmd == "launch" else "standin_scan"
             i = argv.index("--")
-            extra = ["--interval-ms", "2", "--spec", "metrics"] if cmd == "launch" else []
-            return [*argv[:i], "--server-module", module, "--python", sys.executable, *argv[i:], *extra]
+            return [*argv[:i], "--server-module", module, "--python", sys.executable, *argv[i:]]
         return argv
 
     def _rehearse(self, label: str, argv: list[str], env: dict[str, str] | None) -> int:
         print(f"# {label}" + (f"  (env {' '.join(f'{k}={v}' for k, v in env.items())})" if env else ""))
         print(f"  $ {P.words(argv)}")
         if argv[:3] == P.CLI:
-            from sglang_eagle3_ext import cli
-
             msg = io.StringIO()
             try:
                 with contextlib.redirect_stderr(msg), contextlib.redirect_stdout(io.StringIO()):
-                    cli.build_parser().parse_args(argv[3:])
+                    _parser().parse_args(argv[3:])
             except SystemExit as exc:
                 if exc.code:
                     why = [ln for ln in msg.getvalue().splitlines() if ln.strip()][-1:] or ["?"]
@@ -193,6 +191,8 @@ class Runner:
         self.log(f"{self.plan.path.name}: deadline {self.deadline:.0f} s, hard stop {self.hard_stop:.0f} s"
                  + (", rehearsal (nothing starts)" if self.rehearse else "")
                  + (", CPU stand-ins" if self.standin else ""))
+        if self.rehearse and self.plan.doc.get("todo"):
+            print(f"TODO: {' '.join(str(self.plan.doc['todo']).split())}")
         if not self.rehearse:
             signal.signal(signal.SIGALRM, _hard_stop)
             signal.signal(signal.SIGTERM, _hard_stop)
@@ -284,6 +284,8 @@ class Runner:
 
     def phase_scan(self, ph: dict[str, Any]) -> None:
         sc = ph["scan"]
+        if self.rehearse and sc.get("todo"):
+            print(f"  TODO (scan {sc['name']}): {sc['todo']}")
         if self.past(float(sc.get("start_budget", 0))):
             self.log(f"deadline: scan {sc['name']} not started")
             return
@@ -337,6 +339,18 @@ class Runner:
                     _add_trimmed(tf, f, f"{self.plan.name}/{f.relative_to(self.results)}")
         tmp.replace(dest)
         self.log(f"packed {dest.name} ({why})")
+
+
+_PARSERS: list[argparse.ArgumentParser] = []
+
+
+def _parser() -> argparse.ArgumentParser:
+    """Our real CLI parser, built once (a rehearsal parses hundreds of commands)."""
+    if not _PARSERS:
+        from sglang_eagle3_ext import cli
+
+        _PARSERS.append(cli.build_parser())
+    return _PARSERS[0]
 
 
 def _add_trimmed(tf: tarfile.TarFile, f: Path, arcname: str, keep: tuple[int, int] = (100, 200)) -> None:

@@ -1,7 +1,8 @@
-"""Check a `campaign.py --plan trees` result on the CPU machine (tools/gpu/trees_plan.md).
+"""Check recorded tree runs against the construction (docs/data/*: a folder with tiny-tree.json
+and trees/, as the tree rounds wrote them).
 
-    python3 tools/gpu/trees_check.py DIR      # DIR = the unpacked trees/ folder of trees.tar.gz
-    python3 tools/gpu/trees_check.py --long DIR   # DIR = the unpacked folder of scan_campaign's `long`
+    python3 benchmarks/tree_checks.py docs/data/h200-2026-12-02-r6/trees3
+    python3 benchmarks/tree_checks.py --long docs/data/h200-2026-12-02-r7/long
 
 Per config: SGLang's accept length (the client's, from SGLang's counters) at each level against
 tiny.json's chat-request expectation (goal 3 %); the tree probes' accept length over every
@@ -17,7 +18,7 @@ import re
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from sglang_eagle3_ext.runtime.probes import tree as ptree  # noqa: E402
@@ -95,8 +96,8 @@ def main(root: Path) -> int:
 
 
 def long_check(root: Path) -> int:
-    """Plan ``long``: one long single-stream request per server, the probes flushed around it
-    (``long.json``, campaign.counter_check). Each tree server's chain replay against the chain
+    """The long replays: one long single-stream request per server, the probes flushed around it
+    (``long.json``: the counter check of tools/gpu/plans/moe-scan-and-long-trees.yaml). Each tree server's chain replay against the chain
     server of that step count (SGLang's counter over the same request, the same greedy tokens);
     goal 2 %. Also the probes against SGLang's counter on every server (goal 0.5 %)."""
     docs = {}
