@@ -37,10 +37,12 @@ def test_tree_states_and_any_state_label():
     base = [c for c in scan_doc.main_cells(doc) if c["steps"] == 3]
     tree = [dict(c, topk=4, draft_tokens=21, steps=5, per_stream_tok_s=c["per_stream_tok_s"] * 2) for c in base]
     named = [dict(c, state="c9", steps=9, per_stream_tok_s=1.0) for c in base]
-    doc["cells"] += tree + named
+    labelled = [dict(c, state="3x8x25", steps=3, per_stream_tok_s=2.0) for c in base]  # a label, no topk
+    doc["cells"] += tree + named + labelled
     g = grid(doc)
-    assert g["states"][-2:] == ["c9", "t5x4x21"] and "3 steps" in g["states"]
-    assert set(g["best"].values()) == {"t5x4x21"}  # twice the 3-step rate: the best everywhere
+    assert g["states"][-4:] == ["5 steps", "c9", "3x8x25", "5x4x21"] and "3 steps" in g["states"]
+    assert set(g["best"].values()) == {"5x4x21"}  # twice the 3-step rate: the best everywhere
+    assert state_label({"steps": 4, "state": "4"}) == "4 steps" and state_label({"steps": 0}) == "step 0 (SGLang)"
     assert plot_scan(doc, io.BytesIO()) is not None
 
 

@@ -2,32 +2,49 @@
 size, coloured by its share of that batch size's best, the best per batch size (tier) boxed;
 the plain server's row on top when the scan benched one.
 
-A state's label is the cell's own ``state`` text when it carries one (any label: ``c5``,
-``t5x4x21``), else ``N steps`` for a chain and ``tSxKxD`` (steps x topk x draft tokens) for a tree.
+A state's label is the cell's own ``state`` text when it carries one (any label), else ``N steps``
+for a chain and ``STEPSxTOPKxTOKENS`` (``5x4x21``, runtime/specstate.py's spelling) for a tree.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from .plot_base import Target, figure, pyplot, save
 
 PLAIN = "plain (no spec)"
+_TREE = re.compile(r"^(\d+)x(\d+)x(\d+)$")
 
 
-def state_label(cell: dict[str, Any]) -> str:
-    s = cell.get("state")
-    if isinstance(s, str) and s:
-        return s
-    steps, topk = cell["steps"], cell.get("topk") or 1
-    if topk > 1:
-        return f"t{steps}x{topk}x{cell.get('draft_tokens') or '?'}"
+def _chain(steps: int) -> str:
     return "step 0 (SGLang)" if steps == 0 else f"{steps} step{'s' if steps > 1 else ''}"
 
 
+def state_label(cell: dict[str, Any]) -> str:
+    """A row's label: the cell's own ``state`` / ``key`` when it names one (a tree's
+    ``STEPSxTOPKxTOKENS``, the spelling of runtime/specstate.py, or any other text; digits name a
+    chain), else from its steps, topk and draft tokens."""
+    for name in ("state", "key"):
+        v = cell.get(name)
+        if isinstance(v, str) and v.strip():
+            return _chain(int(v)) if v.strip().isdigit() else v.strip()
+    steps, topk = cell["steps"], cell.get("topk") or 1
+    if topk > 1:
+        return f"{steps}x{topk}x{cell.get('draft_tokens') or '?'}"
+    return _chain(steps)
+
+
 def _order(cell: dict[str, Any]) -> tuple[Any, ...]:
-    return ((cell.get("topk") or 1) > 1, cell["steps"], cell.get("topk") or 1, cell.get("draft_tokens") or 0,
-            state_label(cell))
+    """Chains first, fewer steps first; then trees by steps, topk, draft tokens (a label that
+    spells a tree counts as one even when the cell lacks topk)."""
+    lab = state_label(cell)
+    m = _TREE.match(lab)
+    if m:
+        steps, topk, tokens = map(int, m.groups())
+    else:
+        steps, topk, tokens = cell["steps"], cell.get("topk") or 1, cell.get("draft_tokens") or 0
+    return (topk > 1, steps, topk, tokens, lab)
 
 
 def grid(doc: dict[str, Any]) -> dict[str, Any]:
@@ -93,7 +110,7 @@ def plot_scan(doc: dict[str, Any], path: Target, title: str | None = None) -> An
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels(rows)
     ax.set_xlabel("batch size (streams in flight)")
-    ax.set_ylabel("state (steps; tSxKxD = tree)")
+    ax.set_ylabel("state (steps, or a tree)")
     ax.tick_params(length=0)
     bar = fig.colorbar(im, ax=ax, shrink=0.9)
     bar.set_label("share of the batch size's best", fontsize=8)
