@@ -10,8 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from conftest import REPO
+from test_flags import write_model
 
 from sglang_eagle3_ext import cli
+from sglang_eagle3_ext.serve import releases
 
 LAYERS = REPO / "tests" / "data" / "layers"
 PRESET = REPO / "launch" / "kimi-k25-eagle3.yaml"
@@ -46,5 +48,28 @@ def test_a_preset_path_error_names_the_variable(monkeypatch, capsys):
     assert rc == 2 and "/nonexistent/typed: no such folder" in err and "KIMI" not in err, err
 
 
-def _tree(root: Path) -> list[Path]:
-    return sorted(root.rglob("*"))
+def _scan(models: dict[str, str], out: Path, *more: str) -> list[str]:
+    return ["scan", "--sglang-root", str(releases.fetch("0.5.16")), "--model", models["target"],
+            "--draft", models["draft"], "--steps", "1-3", "--concurrency", "1", "--no-sglang-check",
+            "--out", str(out), *more]
+
+
+def test_a_scan_dry_run_creates_nothing(tmp_path, capsys):
+    """`scan --dry-run` made its scan-*/ folder and wrote the one-tier config there, also when it
+    then refused (here: a draft folder without config.json). A dry run and a refusal leave the
+    disk as they found it; the dry run still names the file the server would read."""
+    models = {"target": str(write_model(tmp_path / "m" / "target", "LlamaForCausalLM")),
+              "draft": str(write_model(tmp_path / "m" / "draft", "LlamaForCausalLMEagle3", num_hidden_layers=1))}
+    before = sorted(tmp_path.rglob("*"))
+    out = tmp_path / "runs" / "scan-x"
+    rc, stdout, err = _run(capsys, *_scan(models, out, "--dry-run"))
+    assert rc == 0, err
+    assert f"for {out / 'sglang-adaptive-scan.json'}, read by the release's loader; dry run: not written" in stdout
+    assert f"--speculative-adaptive-config {out.absolute() / 'sglang-adaptive-scan.json'}" in stdout
+    assert sorted(tmp_path.rglob("*")) == before
+    (tmp_path / "m" / "draft" / "config.json").unlink()
+    before = sorted(tmp_path.rglob("*"))
+    for more in ((), ("--dry-run",)):
+        rc, _, err = _run(capsys, *_scan(models, out, *more))
+        assert rc == 2 and "no config.json inside" in err, err
+        assert sorted(tmp_path.rglob("*")) == before, more

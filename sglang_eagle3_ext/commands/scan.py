@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -159,35 +161,42 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     if 0 in cands and "SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND" not in {**os.environ, **base.env}:
         notes.append("step 0 runs SGLang's draft extend too (set SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1 in the "
                      "preset's env to skip it; on the H200 that moved step 0 from 174.1 to 185.8 tok/s at 1 stream)")
-    out_dir.mkdir(parents=True, exist_ok=True)
     cfg_path = out_dir / scan.CONFIG_NAME
-    write_json(cfg_path, adaptive_format.one_tier(cands))
-    try:
-        read = loader.load(cfg_path)
-    except (ValueError, AssertionError, KeyError, TypeError) as exc:
-        raise UserError(f"{cfg_path}: SGLang {env.version}'s own loader ({loader.source}) refuses the "
-                        f"one-tier config: {exc}", exit_code=2) from exc
-    common = {k: v for k, v in {"model": args.model, "draft": args.draft, "tp": args.tp, "port": args.port,
-                                "timeout": args.timeout, "python": args.python,
-                                "server_module": args.server_module}.items() if v is not None}
-    cfg = launch_config.override(base, **common, adaptive=str(cfg_path), profile=True,
-                                 profile_out=str((out_dir / "prof.jsonl").absolute()),
-                                 profile_every=args.profile_every, log=str(out_dir / "server.log"),
-                                 name=f"{name}-scan")
-    cfg.extra_args = extra
-    cfg.env = {**cfg.env, **scan.hold_env(args.block, cands)}
-    check = False if args.no_sglang_check else None
-    notes += flags.validate(cfg, env, sglang_check=check)
-    plain = None
-    if args.baseline:
-        plain_common = {k: v for k, v in common.items() if k != "draft"}
-        plain = launch_config.override(base, **plain_common, no_spec=True, log=str(out_dir / "plain-server.log"),
-                                       name=f"{name}-plain")
-        plain.extra_args = extra
-        plain.profile = False
-        flags.validate(plain, env, sglang_check=False)
-    return {"env": env, "loader": loader, "opts": opts, "cfg": cfg, "plain": plain, "out_dir": out_dir,
-            "notes": notes, "read": read}
+    # The one-tier config is checked from a scratch copy; --out is made and gets it only once all
+    # passed and a server will start: a dry run or a refusal leaves nothing behind.
+    with tempfile.TemporaryDirectory(prefix="sgl-eagle3-scan-") as stage:
+        staged = Path(stage) / scan.CONFIG_NAME
+        write_json(staged, adaptive_format.one_tier(cands))
+        try:
+            read = loader.load(staged)
+        except (ValueError, AssertionError, KeyError, TypeError) as exc:
+            raise UserError(f"{cfg_path}: SGLang {env.version}'s own loader ({loader.source}) refuses the "
+                            f"one-tier config: {exc}", exit_code=2) from exc
+        common = {k: v for k, v in {"model": args.model, "draft": args.draft, "tp": args.tp, "port": args.port,
+                                    "timeout": args.timeout, "python": args.python,
+                                    "server_module": args.server_module}.items() if v is not None}
+        cfg = launch_config.override(base, **common, adaptive=str(staged), profile=True,
+                                     profile_out=str((out_dir / "prof.jsonl").absolute()),
+                                     profile_every=args.profile_every, log=str(out_dir / "server.log"),
+                                     name=f"{name}-scan")
+        cfg.extra_args = extra
+        cfg.env = {**cfg.env, **scan.hold_env(args.block, cands)}
+        check = False if args.no_sglang_check else None
+        notes += [n.replace(str(staged), str(cfg_path)) for n in flags.validate(cfg, env, sglang_check=check)]
+        plain = None
+        if args.baseline:
+            plain_common = {k: v for k, v in common.items() if k != "draft"}
+            plain = launch_config.override(base, **plain_common, no_spec=True, log=str(out_dir / "plain-server.log"),
+                                           name=f"{name}-plain")
+            plain.extra_args = extra
+            plain.profile = False
+            flags.validate(plain, env, sglang_check=False)
+        if not args.dry_run:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            write_json(cfg_path, adaptive_format.one_tier(cands))
+        cfg.adaptive = str(cfg_path)  # the file the server reads
+        return {"env": env, "loader": loader, "opts": opts, "cfg": cfg, "plain": plain, "out_dir": out_dir,
+                "notes": notes, "read": read}
 
 
 def _check_out(out_dir: Path) -> Path:
@@ -199,7 +208,11 @@ def _check_out(out_dir: Path) -> Path:
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"--out {out_dir}: is a file, not a folder (the scan writes scan.json, ladder.json, "
                         "adaptive.json and server.log there)", exit_code=2)
-    check_folder(out_dir)  # the dry run writes the one-tier config there too
+    made = [d for d in (out_dir, *out_dir.parents) if not d.exists()]
+    check_folder(out_dir)  # can be made and written in; what it made goes again (a dry run makes nothing)
+    for d in made:  # deepest first
+        with contextlib.suppress(OSError):
+            d.rmdir()
     scan_json = out_dir / "scan.json"
     if scan_json.exists() or scan_json.is_symlink():
         what = " (a symbolic link)" if scan_json.is_symlink() else ""
@@ -228,8 +241,9 @@ def run(args: argparse.Namespace) -> int:
     cfg, opts, out_dir = b["cfg"], b["opts"], b["out_dir"]
     for n in b["notes"]:
         err.print(f"note: {n}", highlight=False, markup=False)
-    out.print(f"SGLang {b['env'].version}: one server, one tier {b['read']} (written to "
-              f"{out_dir / scan.CONFIG_NAME}, read back by the release's loader), start at --steps {cfg.steps} "
+    where = (f"for {out_dir / scan.CONFIG_NAME}, read by the release's loader; dry run: not written" if args.dry_run
+             else f"written to {out_dir / scan.CONFIG_NAME}, read back by the release's loader")
+    out.print(f"SGLang {b['env'].version}: one server, one tier {b['read']} ({where}), start at --steps {cfg.steps} "
               f"(the largest candidate: the start-step rule); hold blocks of {opts.block} cycles",
               highlight=False, markup=False)
     mem = scan_memory.estimate_memory(cfg.model, cfg.draft, opts.candidates, list(cfg.extra_args))
