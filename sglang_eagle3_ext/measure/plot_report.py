@@ -134,13 +134,13 @@ def scan_section(path: Path, report: Report, pics: _Pictures) -> str:
     from ..documents import scan_doc
     from . import compare
     from .plot import plot_ladders
-    from .plot_scan import grid, plot_scan, state_label
+    from .plot_scan import grid, plot_scan, state_label, state_order
 
     doc = scan_doc.load(path)
     g = grid(doc)
     base = doc.get("baseline") or {}
     rows, cls = [], []
-    for c in sorted(scan_doc.main_cells(doc), key=lambda c: (c["bs"], (c.get("topk") or 1) > 1, c["steps"])):
+    for c in sorted(scan_doc.main_cells(doc), key=lambda c: (c["bs"], state_order(c))):
         iv = (c.get("interval") or {}).get("per_stream_tok_s")
         ref = (base.get(str(c["bs"])) or {}).get("per_stream_tok_s")
         rate = scan_doc.cell_rate(c)

@@ -35,7 +35,7 @@ def state_label(cell: dict[str, Any]) -> str:
     return _chain(steps)
 
 
-def _order(cell: dict[str, Any]) -> tuple[Any, ...]:
+def state_order(cell: dict[str, Any]) -> tuple[Any, ...]:
     """Chains first, fewer steps first; then trees by steps, topk, draft tokens (a label that
     spells a tree counts as one even when the cell lacks topk)."""
     lab = state_label(cell)
@@ -53,7 +53,7 @@ def grid(doc: dict[str, Any]) -> dict[str, Any]:
     {bs: state} (ties: the first state in order, as scan's best per tier), ``plain`` {bs: tok/s}."""
     from ..documents.scan_doc import cell_rate, main_cells
 
-    cells = sorted((c for c in main_cells(doc) if cell_rate(c)), key=_order)
+    cells = sorted((c for c in main_cells(doc) if cell_rate(c)), key=state_order)
     states: list[str] = []
     rate: dict[tuple[str, int], float] = {}
     for c in cells:
