@@ -133,3 +133,78 @@ def test_bad_inputs_are_one_line(chain, tmp_path, capsys):
         lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
         assert rc == 2 and len(lines) == 1 and words in lines[0], (args, lines)
     assert not (tmp_path / "x.json").exists()
+
+
+def _copy(chain, tmp_path, name: str = "b"):
+    import shutil
+
+    dst = tmp_path / name
+    shutil.copytree(chain.root, dst)
+    return dst
+
+
+@pytest.mark.parametrize("name", ["tiny.json", "maps.json", paths.PROMPTS_FILE, "target/config.json"])
+def test_out_never_overwrites_the_builds_own_files(chain, tmp_path, capsys, name):
+    """Was: traffic --out BUILD/maps.json wrote the traffic over the build's maps (the build gone)."""
+    b = _copy(chain, tmp_path)
+    before = (b / name).read_bytes()
+    rc = cli.main(["traffic", "--build", str(b), "--out", str(b / name), "--requests", "3"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "part of the build" in err and (b / name).read_bytes() == before, err
+    assert _gen(b, b, "--requests", "3")[0]  # another file in the build folder is fine
+
+
+def _damage(b, case: str) -> None:
+    maps, info = b / "maps.json", b / "tiny.json"
+    m, i = json.loads(maps.read_text()), json.loads(info.read_text())
+    if case == "f empty":
+        m["f"] = []
+    elif case == "f short":
+        m["f"] = m["f"][:2]
+    elif case == "f text":
+        m["f"] = ["a"] * len(m["f"])
+    elif case == "prompts not json":
+        (b / paths.PROMPTS_FILE).write_text("{not json\n")
+    elif case == "prompts no word":
+        (b / paths.PROMPTS_FILE).write_text('{"path": 1, "last_token": 3}\n')
+    elif case == "tree without markers":
+        i["tree"] = {"regions": [{"name": "easy"}]}
+        m["tree"] = {"rank": [0]}
+    elif case == "paths a list":
+        i["paths"] = {"prompts": 1}
+        (b / paths.PROMPTS_FILE).write_text("[1, 2]\n")
+    elif case == "no target":
+        import shutil
+
+        shutil.rmtree(b / "target")
+    maps.write_text(json.dumps(m))
+    info.write_text(json.dumps(i))
+
+
+@pytest.mark.parametrize("case", ["f empty", "f short", "f text", "prompts not json", "prompts no word",
+                                  "tree without markers", "paths a list", "no target"])
+def test_a_damaged_build_is_one_line(chain, tmp_path, capsys, case):
+    """Was: unexpected KeyError / IndexError / TypeError / JSONDecodeError ("a bug")."""
+    b = _copy(chain, tmp_path)
+    _damage(b, case)
+    rc = cli.main(["traffic", "--build", str(b), "--out", str(tmp_path / "t.json"), "--requests", "5"])
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith("error: --build") and "bug" not in err, (case, err)
+    assert not (tmp_path / "t.json").exists()
+
+
+def test_a_relative_build_without_target_never_asks_the_model_hub(chain, tmp_path, capsys, monkeypatch):
+    """Was: transformers took `b/target` for a hub model id (50 s, then an unexpected OSError)."""
+    b = _copy(chain, tmp_path)
+    _damage(b, "no target")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    t0 = __import__("time").monotonic()
+    rc = cli.main(["traffic", "--build", "b", "--out", "t.json", "--requests", "5"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "no tokenizer in b/target" in err, err
+    assert __import__("time").monotonic() - t0 < 30
+    rc = cli.main(["traffic", "--build", "nowhere", "--out", "t.json"])
+    assert rc == 2 and "nowhere: no such folder" in capsys.readouterr().err

@@ -35,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from ..tiny import traffic
 
     check_destination(args.out)
+    check_not_in_build(args.out, args.build)
     pl = parse_lengths(args.prompt_len, "--prompt-len")
     ol = parse_lengths(args.output_len, "--output-len")
     items, summary = traffic.generate(args.build, args.requests, args.seed, pl, ol, args.max_prompt_len,
@@ -46,6 +47,24 @@ def run(args: argparse.Namespace) -> int:
     else:
         render(summary)
     return 0
+
+
+def check_not_in_build(out_path: str, build: str) -> None:
+    """--out must not overwrite a file of the build it reads (tiny.json, maps.json, the prompts
+    file, the model folders); another file in the build folder is fine (symlinks resolved)."""
+    from pathlib import Path
+
+    from ..runtime.errors import UserError
+    from ..tiny.paths import PROMPTS_FILE
+
+    dest = Path(out_path).expanduser().resolve()
+    root = Path(build).expanduser().resolve()
+    if not dest.is_relative_to(root):
+        return
+    rel = dest.relative_to(root)
+    if len(rel.parts) > 1 or rel.name in ("tiny.json", "maps.json", PROMPTS_FILE):
+        raise UserError(f"--out {out_path}: part of the build --build {build} ({rel}); the traffic file "
+                        "would overwrite it: give another name", exit_code=2)
 
 
 def _q(d: dict[str, Any]) -> str:

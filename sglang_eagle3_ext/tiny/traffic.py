@@ -47,8 +47,44 @@ def _bad(why: str) -> UserError:
     return UserError(f"--build: {why}", exit_code=2)
 
 
+_DAMAGE = (KeyError, IndexError, TypeError, ValueError, AttributeError)  # what a damaged build's data raises
+
+
+def _damaged(build: Path, exc: BaseException) -> UserError:
+    return _bad(f"{build}: a damaged build ({type(exc).__name__}: {str(exc)[:200]}); build it again with "
+                f"`sgl-eagle3 tiny --out {build}`")
+
+
 def _load_build(build: Path) -> dict[str, Any]:
-    """What the generator needs from a build folder: maps, words, the tokenizer."""
+    """What the generator needs from a build folder: maps, words, the tokenizer (from the folder
+    only, never the model hub); one line for a missing or damaged part."""
+    if not build.is_dir():
+        raise _bad(f"{build}: no such folder (a folder written by `sgl-eagle3 tiny --out`)")
+    try:
+        out = _read_build(build)
+    except UserError:
+        raise
+    except _DAMAGE as exc:  # a file edited or cut short: wrong types, missing keys, short lists
+        raise _damaged(build, exc) from None
+    out["tok"] = _tokenizer(build)
+    return out
+
+
+def _tokenizer(build: Path) -> Any:
+    target = build / "target"
+    if not (target / "tokenizer_config.json").is_file():
+        raise _bad(f"{build}: no tokenizer in {target} (a folder written by `sgl-eagle3 tiny --out`)")
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as exc:
+        raise UserError(f"traffic needs transformers (pip install 'sglang-eagle3-ext[tiny]'): {exc}") from None
+    try:  # local_files_only: a path that is not there is never looked up on the model hub
+        return AutoTokenizer.from_pretrained(str(target.resolve()), local_files_only=True)
+    except (OSError, *_DAMAGE) as exc:
+        raise _bad(f"{target}: the tokenizer does not load ({type(exc).__name__}: {str(exc)[:200]})") from None
+
+
+def _read_build(build: Path) -> dict[str, Any]:
     if not (build / "tiny.json").is_file():
         raise _bad(f"{build}: no tiny.json (a folder written by `sgl-eagle3 tiny --out`)")
     info = read_json(build / "tiny.json")
@@ -72,17 +108,21 @@ def _load_build(build: Path) -> dict[str, Any]:
                    "(build with --regions P1,P2,...)")
     elif isinstance(info.get("paths"), dict):
         out["kind"] = "paths"
-        for line in (build / PROMPTS_FILE).read_text(encoding="utf-8").splitlines():
+        try:
+            text = (build / PROMPTS_FILE).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise _bad(f"{build / PROMPTS_FILE}: cannot read it ({exc})") from None
+        for line in text.splitlines():
             if line.strip():
                 p = json.loads(line)
-                out["words"].append({"word": p["word"], "path": p["path"], "last_token": p["last_token"]})
+                w = {"word": p["word"], "path": p["path"], "last_token": p["last_token"]}
+                if not isinstance(w["word"], str) or not isinstance(w["last_token"], int):
+                    raise TypeError(f"{PROMPTS_FILE}: a word that is no text or a last_token that is no id")
+                out["words"].append(w)
+    if not out["f"] or not all(isinstance(x, int) for x in out["f"]):
+        raise TypeError("maps.json: f is not a list of token ids")
     else:
         out["kind"] = "chain"
-    try:
-        from transformers import AutoTokenizer
-    except ImportError as exc:
-        raise UserError(f"traffic needs transformers (pip install 'sglang-eagle3-ext[tiny]'): {exc}") from None
-    out["tok"] = AutoTokenizer.from_pretrained(str(build / "target"))
     return out
 
 
@@ -133,6 +173,14 @@ def generate(build: str | Path, requests: int, seed: int, prompt_len: Lengths, o
                         f"tokens, {ROOM} kept for the template), with --max-output-len >= {MIN_OUTPUT}",
                         exit_code=2)
     b = _load_build(Path(build))
+    try:
+        return _generate(b, requests, seed, prompt_len, output_len, max_prompt, max_output)
+    except _DAMAGE as exc:  # maps that do not fit the tokenizer or each other
+        raise _damaged(Path(build), exc) from None
+
+
+def _generate(b: dict[str, Any], requests: int, seed: int, prompt_len: Lengths, output_len: Lengths,
+              max_prompt: int, max_output: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     tok = b["tok"]
     pool = _pool(tok)
     r_len, r_word, r_text = (length_stream(seed, w) for w in ("traffic-lengths", "traffic-words", "traffic-text"))
