@@ -117,3 +117,15 @@ def test_compare_plot_draws_ladders_and_bench_bars(tmp_path, capsys):
         png = tmp_path / name
         assert cli.main(["compare", str(src), "--plot", str(png), "--markdown"]) == 0
         assert png.read_bytes()[:4] == b"\x89PNG" and f"wrote {png}" in capsys.readouterr().out
+
+
+def test_sweep_report_ladder_marks_the_baseline(kept, tmp_path, capsys):
+    """`sweep --report DIR --out NEW` on a recorded steps x concurrency sweep: the ladder's no-spec
+    line is the grey dashed one, every other config solid."""
+    from sglang_eagle3_ext import cli
+
+    assert cli.main(["sweep", "--report", str(LADDERS.parent), "--out", str(tmp_path)]) == 0
+    assert f"wrote {tmp_path / 'ladder.png'}" in capsys.readouterr().out
+    fig = next(f for f in map(kept.figure, kept.get_fignums()) if f.texts and "ladder" in f.texts[0].get_text())
+    styles = {line.get_label(): line.get_linestyle() for line in fig.axes[0].get_lines()}
+    assert styles.pop("no-spec no-nccl") == "--" and set(styles.values()) == {"-"} and len(styles) == 5

@@ -236,7 +236,7 @@ def _report(doc: dict[str, Any], out_dir: Path, no_plots: bool, scratch: bool = 
         try:
             for p in plot.plots(doc, out_dir):
                 out.print(f"wrote {p}")
-            ladders = [dict(c["ladder"], label=c["name"]) for c in doc["configs"]
+            ladders = [dict(c["ladder"], label=c["name"], baseline=bool(c.get("baseline"))) for c in doc["configs"]
                        if c.get("status") == "ok" and c.get("ladder")]
             if ladders:
                 out.print(f"wrote {plot.plot_ladders(ladders, out_dir / 'ladder.png')}")
