@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from . import settings
+from . import settings, specstate
+from .specstate import Key
 
 _M64 = (1 << 64) - 1
 
@@ -38,7 +39,7 @@ def _h(level: int, what: int, n: int, i: int = 0) -> int:
     return mix64(mix64(mix64(level & _M64) ^ what) ^ (n & _M64) ^ (i << 48))
 
 
-def round_order(level: int, rnd: int, candidates: Sequence[int]) -> tuple[int, ...]:
+def round_order(level: int, rnd: int, candidates: Sequence[Key]) -> tuple[Key, ...]:
     """Round ``rnd``'s order of the candidates at ``level``: a Fisher-Yates shuffle by the hash."""
     o = list(candidates)
     for i in range(len(o) - 1, 0, -1):
@@ -54,15 +55,15 @@ def block_length(level: int, block_id: int, block: int) -> int:
 
 
 class LevelSchedule:
-    """One level's blocks, cycle by cycle: ``next()`` -> (block id, steps)."""
+    """One level's blocks, cycle by cycle: ``next()`` -> (block id, state key)."""
 
     __slots__ = ("level", "block", "candidates", "block_id", "left", "order", "steps")
 
-    def __init__(self, level: int, block: int, candidates: Sequence[int]) -> None:
+    def __init__(self, level: int, block: int, candidates: Sequence[Key]) -> None:
         self.level, self.block, self.candidates = level, block, tuple(candidates)
         self.block_id, self.left, self.order, self.steps = -1, 0, (), self.candidates[0]
 
-    def next(self) -> tuple[int, int]:
+    def next(self) -> tuple[int, Key]:
         if self.left == 0:
             self.block_id += 1
             rnd, pos = divmod(self.block_id, len(self.candidates))
@@ -74,7 +75,7 @@ class LevelSchedule:
         return self.block_id, self.steps
 
 
-def slot(count: int, block: int, order: Sequence[int], level: int = 1) -> tuple[int, int]:
+def slot(count: int, block: int, order: Sequence[Key], level: int = 1) -> tuple[int, Key]:
     """(block id, steps) of the cycle numbered ``count`` (0-based) at ``level``: the pure function
     the decider computes incrementally (tests, documents)."""
     s = LevelSchedule(level, block, order)
@@ -86,24 +87,28 @@ def slot(count: int, block: int, order: Sequence[int], level: int = 1) -> tuple[
 class HoldDecider:
     name = "hold"
 
-    def __init__(self, block: int, candidates: Sequence[int],
-                 level_of: Callable[[int], int] | None = None) -> None:
+    def __init__(self, block: int, candidates: Sequence[Key],
+                 level_of: Callable[[int], int] | None = None,
+                 eligible: Callable[[int, Key], bool] | None = None) -> None:
         if block < 1:
             raise ValueError("hold block must be >= 1 cycle")
         if not candidates:
             raise ValueError("hold needs at least one candidate step count")
         self.block_len = int(block)
-        self.candidates = tuple(int(c) for c in candidates)
+        self.candidates = tuple(c if isinstance(c, str) else int(c) for c in candidates)
         self.level_of = level_of or (lambda bs: bs)
+        # a tree is held only at the levels it has CUDA graphs for (stepctl.ControllerInfo.eligible)
+        self.eligible = eligible or (lambda level, key: True)
         self.levels: dict[int, LevelSchedule] = {}  # level -> its schedule (decode cycles chosen there)
         self.block: int | None = None  # block id of the last choice (its level's counter)
         self.observed = 0
 
-    def choose(self, batch_size: int, current: int, built: Sequence[int]) -> int:
+    def choose(self, batch_size: int, current: Key, built: Sequence[Key]) -> Key:
         level = self.level_of(batch_size)
         sch = self.levels.get(level)
         if sch is None:
-            sch = self.levels[level] = LevelSchedule(level, self.block_len, self.candidates)
+            here = tuple(c for c in self.candidates if self.eligible(level, c)) or self.chains()
+            sch = self.levels[level] = LevelSchedule(level, self.block_len, here)
         self.block, steps = sch.next()
         # a scheduled step count with no runtime state (removed after init_states built them all)
         # is returned as is, never swapped for the current one: stepctl.activate_hook logs it once
@@ -111,7 +116,11 @@ class HoldDecider:
         # (0.5.23 adaptive_runtime_state.py _activate: "Missing adaptive runtime state")
         return steps
 
-    def observe(self, correct_drafts_per_req: Sequence[int], batch_size: int, steps: int) -> None:
+    def chains(self) -> tuple[Key, ...]:
+        """The chain candidates (a level no held tree serves holds these)."""
+        return tuple(c for c in self.candidates if not isinstance(c, str)) or self.candidates[:1]
+
+    def observe(self, correct_drafts_per_req: Sequence[int], batch_size: int, steps: Key) -> None:
         self.observed += 1  # the schedule does not depend on acceptance
 
     def describe(self) -> str:
@@ -120,16 +129,20 @@ class HoldDecider:
                 "an order shuffled per level")
 
 
-def candidates_for(built: Sequence[int], wanted: Sequence[int] | None) -> tuple[int, ...]:
+def candidates_for(built: Sequence[Key], wanted: Sequence[Key] | None) -> tuple[Key, ...]:
     """The held candidates: ``wanted`` in its order (each must be built), else every built state,
-    largest first (the set matters; each round's order is shuffled)."""
+    chains largest first, then trees (the set matters; each round's order is shuffled)."""
     if not wanted:
-        return tuple(sorted(built, reverse=True))
+        keys = specstate.sort_keys(built)
+        chains = [k for k in keys if not isinstance(k, str)]
+        return tuple(sorted(chains, reverse=True)) + tuple(k for k in keys if isinstance(k, str))
     missing = [s for s in wanted if s not in built]
     if missing:
-        raise ValueError(f"{settings.HOLD_STEPS.name}: steps {', '.join(map(str, missing))} have no "
-                         f"adaptive state (built: {', '.join(map(str, sorted(built)))}); list them in the "
-                         "adaptive config's candidate_steps")
+        what = "states" if any(isinstance(m, str) for m in missing) else "steps"
+        raise ValueError(f"{settings.HOLD_STEPS.name}: {what} {', '.join(map(str, missing))} have no "
+                         f"adaptive state (built: {', '.join(map(str, specstate.sort_keys(built)))}); list "
+                         f"chains in the adaptive config's candidate_steps and trees in "
+                         f"{settings.TREES.name}")
     return tuple(wanted)
 
 
@@ -145,4 +158,4 @@ def from_settings(info: object, environ: Mapping[str, str] | None = None) -> Hol
     if not built:
         raise ValueError("the adaptive controller built no runtime state")
     cands = candidates_for(built, wanted)
-    return HoldDecider(block, cands, getattr(info, "level_of", None))
+    return HoldDecider(block, cands, getattr(info, "level_of", None), getattr(info, "eligible", None))

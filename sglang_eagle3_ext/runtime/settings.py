@@ -98,15 +98,40 @@ def _signal(raw: str) -> str:
     return name
 
 
-def _steps_list(raw: str) -> tuple[int, ...]:
-    """"4,2,0": distinct step counts >= 0, in the order given."""
+def _steps_list(raw: str) -> tuple[int | str, ...]:
+    """"4,2,0,5x4x21": distinct states in the order given: step counts >= 0 (chains) and tree
+    labels STEPSxTOPKxTOKENS (specstate.py)."""
+    from .specstate import parse
+
+    vals: list[int | str] = []
+    for x in (p.strip() for p in raw.split(",")):
+        if not x:
+            continue
+        if x.isdigit():
+            vals.append(int(x))
+            continue
+        try:
+            st = parse(x)
+        except ValueError:
+            raise ValueError("is not a comma list of distinct step counts >= 0 or trees "
+                             "STEPSxTOPKxTOKENS") from None
+        vals.append(st.key)
+    if not vals or len(set(vals)) != len(vals):
+        raise ValueError("is not a comma list of distinct step counts >= 0 or trees STEPSxTOPKxTOKENS")
+    return tuple(vals)
+
+
+def _trees(raw: str) -> str:
+    """"5x4x21@1-16,4x3x8@1-4": trees held beside the chains (specstate.parse_trees)."""
+    from .specstate import parse_trees
+
     try:
-        vals = tuple(int(x) for x in raw.split(",") if x.strip())
-    except ValueError:
-        vals = ()
-    if not vals or any(v < 0 for v in vals) or len(set(vals)) != len(vals):
-        raise ValueError("is not a comma list of distinct step counts >= 0")
-    return vals
+        specs = parse_trees(raw)
+    except ValueError as exc:
+        raise ValueError(f"is not a tree list ({exc})") from None
+    if not specs:
+        raise ValueError("names no tree")
+    return raw.strip()
 
 
 def _text(raw: str) -> str | None:
@@ -202,10 +227,13 @@ NCCL = Setting("SGLANG_EAGLE3_NCCL", _text, None, "NCCL preset name from launch/
 HOLD = Setting("SGLANG_EAGLE3_HOLD", _pos_int, None, "hold schedule: mean cycles per block (each "
                "N/2..3N/2); the adaptive controller holds each candidate step count in turn "
                "(0.5.13+, `scan`)", "sglang")
-HOLD_STEPS = Setting("SGLANG_EAGLE3_HOLD_STEPS", _steps_list, None, "step counts the hold schedule "
-                     "holds, each once a round in an order shuffled per level and round (default: the "
+HOLD_STEPS = Setting("SGLANG_EAGLE3_HOLD_STEPS", _steps_list, None, "states (step counts, trees "
+                     "5x4x21) the hold schedule holds, each once a round in an order shuffled per level and round (default: the "
                      "controller's candidates)",
                      "sglang")
+TREES = Setting("SGLANG_EAGLE3_TREES", _trees, None, "trees held beside the adaptive chains in one "
+                "server, STEPSxTOPKxTOKENS@BS-BS (e.g. 5x4x21@1-16,4x3x8@1-4); built by the plugin "
+                "(0.5.16 / 0.5.23, page size 1; `launch --trees`, `scan --trees`)", "sglang")
 POLICY = Setting("SGLANG_EAGLE3_POLICY", _path, None, "scan result file (eagle3_scan/1) driving the "
                  "throughput policy decider; refused together with SGLANG_EAGLE3_HOLD", "sglang")
 # --- the probes (probes/__init__.py settings() reads these through get/read, nothing by hand)

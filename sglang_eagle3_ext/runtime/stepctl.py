@@ -22,7 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from . import settings
+from . import settings, specstate
+from .specstate import Key
 
 ADAPTIVE_FILE = "srt/speculative/adaptive_runtime_state.py"
 CONTROLLER = "AdaptiveController"
@@ -32,11 +33,14 @@ logger = logging.getLogger("sglang_eagle3_ext.plugin")  # the plugin's stderr lo
 
 
 class Decider(Protocol):
+    """Chooses a state key per decode cycle: an int step count (a chain, SGLang's own key) or a
+    tree label ``"5x4x21"`` (specstate.py) when trees are held beside the chains."""
+
     name: str  # "hold" | "policy" (recorded in probe records)
 
-    def choose(self, batch_size: int, current: int, built: Sequence[int]) -> int: ...
+    def choose(self, batch_size: int, current: Key, built: Sequence[Key]) -> Key: ...
 
-    def observe(self, correct_drafts_per_req: Sequence[int], batch_size: int, steps: int) -> None: ...
+    def observe(self, correct_drafts_per_req: Sequence[int], batch_size: int, steps: Key) -> None: ...
 
 
 _installed: Decider | None = None
@@ -79,22 +83,23 @@ def control() -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------------
-# Which step count produced a verify result: under the overlap scheduler SGLang processes the
-# result of batch N while batch N+1 runs, so the verify side sees the previous batch. Every choose
-# queues (batch size, steps); every observe takes the oldest entry of its batch size.
+# Which state produced a verify result: under the overlap scheduler SGLang processes the result of
+# batch N while batch N+1 runs, so the verify side sees the previous batch. Every choose queues
+# (batch size, state key); every observe takes the oldest entry of its batch size. Keys, not step
+# counts: chain 3 and tree 3x4x8 both have 3 steps.
 
 class Pending:
     def __init__(self, maxlen: int = 8) -> None:
-        self._q: deque[tuple[int, int]] = deque(maxlen=maxlen)
+        self._q: deque[tuple[int, Key]] = deque(maxlen=maxlen)
 
     def clear(self) -> None:
         self._q.clear()
 
-    def push(self, batch_size: int, steps: int) -> None:
+    def push(self, batch_size: int, steps: Key) -> None:
         self._q.append((batch_size, steps))
 
-    def take(self, batch_size: int) -> int | None:
-        """The steps of the oldest queued cycle of this batch size (older ones of another size got
+    def take(self, batch_size: int) -> Key | None:
+        """The state of the oldest queued cycle of this batch size (older ones of another size got
         no verify result and are dropped); None when none is queued."""
         q = self._q
         for i, (bs, steps) in enumerate(q):
@@ -113,10 +118,17 @@ _pending = Pending()
 
 @dataclass(frozen=True)
 class ControllerInfo:
-    built: tuple[int, ...]  # step counts with a runtime state
+    built: tuple[Key, ...]  # state keys with a runtime state: chains (int steps), then trees
     tiers: dict[int, tuple[int, ...]] = field(default_factory=dict)  # tier batch size -> candidates
     cuda_graph_bs: tuple[int, ...] | None = None  # sorted, None when graphs are off
-    current: int | None = None
+    current: Key | None = None
+    tree_ranges: dict[str, tuple[int, int]] = field(default_factory=dict)  # tree -> padded bs range
+
+    def eligible(self, level: int, key: Key) -> bool:
+        """May ``key`` run at this level (padded batch size)? Chains everywhere; a tree only
+        inside the range it has CUDA graphs for (outside it would run eager, silently slower)."""
+        r = self.tree_ranges.get(key) if isinstance(key, str) else None
+        return r is None or r[0] <= level <= r[1]
 
     def level_of(self, batch_size: int) -> int:
         """The batch size padded to the next CUDA-graph size, as SGLang routes it (0.5.16
@@ -140,11 +152,22 @@ def controller_info(ctrl: Any) -> ControllerInfo:
         except Exception:  # noqa: BLE001 - an unknown slot shape: no tier for it
             continue
     g = getattr(params, "_cuda_graph_bs", None)
-    worker = getattr(ctrl, "worker", None)
-    cur = getattr(worker, "speculative_num_steps", None)
-    return ControllerInfo(built=tuple(sorted(int(s) for s in states)), tiers=tiers,
+    ranges = {t.state.label: (t.lo, t.hi) for t in (getattr(ctrl, "_eagle3_trees", None) or ())}
+    return ControllerInfo(built=tuple(specstate.sort_keys(states)), tiers=tiers,
                           cuda_graph_bs=tuple(sorted(int(x) for x in g)) if g else None,
-                          current=int(cur) if isinstance(cur, int) else None)
+                          current=current_key(getattr(ctrl, "worker", None)), tree_ranges=ranges)
+
+
+def current_key(worker: Any) -> Key | None:
+    """The key of the state the worker runs now: its step count for a chain, its label for a tree
+    (topk > 1). None when the worker has no step count."""
+    steps = getattr(worker, "speculative_num_steps", None)
+    if not isinstance(steps, int):
+        return None
+    topk = getattr(worker, "topk", 1)
+    if isinstance(topk, int) and topk > 1:
+        return specstate.State(steps, topk, int(getattr(worker, "speculative_num_draft_tokens", 0))).label
+    return steps
 
 
 # ------------------------------------------------------------------------------------------------
@@ -274,6 +297,13 @@ def init_hook(name: str, check: Callable[[], list[str]], refuse: str | None = No
         if missing:
             raise RuntimeError("sglang-eagle3-ext: step control needs its hooks on every rank; not applied "
                                f"in this process: {', '.join(missing)}")
+        from . import treeswitch
+
+        if treeswitch.active():  # trees beside SGLang's chains, before the decider sees the states
+            try:
+                treeswitch.build_trees(self)
+            except ValueError as exc:
+                raise RuntimeError(f"sglang-eagle3-ext: {exc}") from None
         info = controller_info(self)
         try:
             decider = make_decider(name, info)
@@ -294,18 +324,18 @@ def activate_hook(original: Callable[..., Any], self: Any, batch_size: int, *arg
     if d is None:
         return original(self, batch_size, *args, **kwargs)
     try:
-        built = sorted(self._states)
-        current = self.worker.speculative_num_steps
+        built = specstate.sort_keys(self._states)
+        current = current_key(self.worker)
         target = d.choose(int(batch_size), current, built)
         if target not in self._states:
-            raise ValueError(f"its choice, steps {target}, has no runtime state (built: {built}); SGLang's "
+            raise ValueError(f"its choice, {'state' if isinstance(target, str) else 'steps'} {target}, has no runtime state (built: {built}); SGLang's "
                              "own _activate raises 'Missing adaptive runtime state' for it")
     except Exception as exc:  # noqa: BLE001 - never raise into SGLang: its own rule decides
         _warn_once("choose", "step control: %s decider failed (%s); SGLang's own rule decides from now on",
                    getattr(d, "name", "?"), exc)
         install(None)
         return original(self, batch_size, *args, **kwargs)
-    _pending.push(int(batch_size), int(target))
+    _pending.push(int(batch_size), target)
     if target != current:
         self._activate(target)
     return None
@@ -321,7 +351,7 @@ def verify_hook(original: Callable[..., Any], self: Any, num_correct_drafts_per_
         bs = int(batch_size) or len(counts)
         steps = _pending.take(bs)
         if steps is None:
-            steps = int(self.worker.speculative_num_steps)
+            steps = current_key(self.worker)
         d.observe(counts, bs, steps)
     except Exception as exc:  # noqa: BLE001 - an observer failure never reaches SGLang
         _warn_once("observe", "step control: %s decider observe failed (%s)", getattr(d, "name", "?"), exc)

@@ -55,7 +55,7 @@ def register() -> None:
     """Entry point SGLang's ``load_plugins()`` calls in every process. Never raises: a plugin error
     must not take a server down (SGLang would only log it), so we log it ourselves, loudly."""
     sw = hookplan.switches()
-    if not (sw["profile"] or sw["nccl"] or sw["aux_layers"] or sw["step_control"]):
+    if not (sw["profile"] or sw["nccl"] or sw["aux_layers"] or sw["step_control"] or sw["trees"]):
         return
     from ..errors import UserError
 
@@ -76,7 +76,10 @@ def _register(sw: dict[str, Any]) -> None:
     procstate._S.role = _process_role()
     if sw["nccl"]:
         _apply_nccl(sw["nccl"])
+    trees_refuse = _configure_trees(sw) if sw["trees"] else None
     if procstate._S.role in _NO_HOOK_ROLES:
+        if sw["trees"] and not trees_refuse and procstate._S.role == "launcher":
+            _register_launcher_trees()  # the tokenizer's reserve is sized in the launcher
         return
     if sw["profile"] and procstate._S.role == "scheduler":  # families on /metrics from startup (docs/guide/metrics.md)
         from ..probes import metrics
@@ -104,8 +107,17 @@ def _register(sw: dict[str, Any]) -> None:
             logger.error("%s=%s: %s; the aux-layer hook stays off", ENV_AUX, sw["aux_layers"], exc)
             aux = False
     step_control, refuse = stepctl.requested()
+    refuse = refuse or trees_refuse
+    if trees_refuse and not step_control:
+        step_control = "trees"  # only to carry the refusal: init_states then refuses to start
+    trees = "scheduler" if sw["trees"] and not trees_refuse else None
     plan = hookplan.plan_hooks(env, profile=profile, aux=aux, nccl_preset=bool(sw["nccl"]),
-                               step_control=step_control, refuse=refuse, probe_roles=roles)
+                               step_control=step_control, refuse=refuse, probe_roles=roles, trees=trees)
+    if trees and any(p.startswith("trees:") for p in plan.problems):
+        # half a tree is worse than none: the init_states hook refuses to start, saying why
+        why = next(p for p in plan.problems if p.startswith("trees:"))
+        plan = hookplan.plan_hooks(env, profile=profile, aux=aux, nccl_preset=bool(sw["nccl"]),
+                                   step_control=step_control or "hold", refuse=why, probe_roles=roles)
     for problem in plan.problems:
         logger.error(problem)
     if not plan.hooks:
@@ -126,6 +138,45 @@ def _register(sw: dict[str, Any]) -> None:
     _schedule_verify(HookRegistry)
     logger.info("registered %d hook(s) in SGLang %s (%s process): %s", len(plan.hooks), env.version,
                 procstate._S.role, ", ".join(f"{h.role}={h.target.rsplit('.', 2)[-2]}.{h.target.rsplit('.', 1)[-1]}" for h in plan.hooks))
+
+
+def _configure_trees(sw: dict[str, Any]) -> str | None:
+    """Read the trees asked for; the reason they cannot be held, or None."""
+    from .. import treeswitch
+
+    try:
+        trees, why = treeswitch.requested()
+    except ValueError as exc:
+        trees, why = [], str(exc)
+    if why:
+        logger.error("trees: %s", why)
+        return why
+    treeswitch.configure(trees)
+    if procstate._S.role != "scheduler" and procstate._S.role != "launcher":
+        return None
+    try:  # 0.5.16 caches the max draft tokens on ServerArgs: HookRegistry cannot wrap it
+        from ..sglang_env import locate
+
+        if str(locate().version).startswith("0.5.16"):
+            treeswitch.patch_server_args_0516()
+    except Exception as exc:  # noqa: BLE001 - one line; the sizing check at init refuses
+        logger.error("trees: ServerArgs not patched (%s)", exc)
+    return None
+
+
+def _register_launcher_trees() -> None:
+    env = locate()
+    plan = hookplan.plan_hooks(env, profile=False, aux=False, nccl_preset=False, trees="launcher")
+    for problem in plan.problems:
+        logger.error(problem)
+    if not plan.hooks:
+        return
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    for hook in plan.hooks:
+        HookRegistry.register(hook.target, _make_hook(hook), HookType.AROUND)
+        procstate._S.registered.append(hook)
+    _schedule_verify(HookRegistry)
 
 
 def _note(msg: str) -> None:

@@ -62,13 +62,14 @@ def _verify(registry: Any) -> list[str]:
 
 
 def _stepctl_missing() -> list[str]:
-    """Step-control targets this process asked for that SGLang did not apply (checked from the
+    """Step-control and tree targets this process asked for that SGLang did not apply (checked from the
     init_states hook, i.e. on every rank before it serves)."""
     try:
         from sglang.srt.plugins.hook_registry import HookRegistry
     except Exception:  # noqa: BLE001
-        return [h.target for h in procstate._S.registered if h.family == "stepctl"]
-    return [h.target for h in procstate._S.registered if h.family == "stepctl" and not _is_applied(HookRegistry, h.target)]
+        return [h.target for h in procstate._S.registered if h.family in ("stepctl", "trees")]
+    return [h.target for h in procstate._S.registered
+            if h.family in ("stepctl", "trees") and not _is_applied(HookRegistry, h.target)]
 
 
 def verify() -> list[str]:

@@ -23,6 +23,7 @@ def switches(environ: dict[str, str] | os._Environ[str] | None = None) -> dict[s
         "nccl": settings.NCCL.get(environ),
         "aux_layers": settings.AUX_LAYERS.get(environ),
         "step_control": stepctl.requested(environ)[0],  # "hold" / "policy" / None (docs/reference/plugin.md)
+        "trees": settings.TREES.is_set(environ),  # trees beside the chains (treeswitch.py)
     }
 
 
@@ -79,15 +80,16 @@ class _Source:
 
 def plan_hooks(env: SGLangEnv, *, profile: bool, aux: bool, nccl_preset: bool,
                step_control: str | None = None, refuse: str | None = None,
-               probe_roles: frozenset[str] | None = None) -> Plan:
+               probe_roles: frozenset[str] | None = None, trees: str | None = None) -> Plan:
     """The hooks this release needs for the requested switches. Probe hooks are compiled from the
     patch specs the source patcher selects for this tree (``patches/*.yaml``: one probe map for
     both routes), each checked against the release's source. ``step_control``: "hold" / "policy"
     (stepctl hooks on the adaptive controller); ``refuse``: a reason the server must not start.
-    ``probe_roles``: only these probe roles (``probe_route``: what a partial source patch lacks)."""
+    ``probe_roles``: only these probe roles (``probe_route``: what a partial source patch lacks).
+    ``trees``: "scheduler" / "launcher" (the hooks that process needs) when trees are held."""
     plan = Plan(version=env.version)
     if not env.has_plugins:
-        if profile or aux or nccl_preset or step_control:
+        if profile or aux or nccl_preset or step_control or trees:
             plan.problems.append(
                 f"SGLang {env.version} has no plugin framework (0.5.11+): nothing is hooked; use "
                 "`sgl-eagle3 patch apply` for probes/aux layers and `sgl-eagle3 launch --nccl` for NCCL")
@@ -108,7 +110,32 @@ def plan_hooks(env: SGLangEnv, *, profile: bool, aux: bool, nccl_preset: bool,
             plan.notes.append("no parallel_state.initialize_model_parallel: all-reduce path not reported")
     if step_control:
         _plan_stepctl(env, plan, step_control, refuse)
+    if trees:
+        _plan_trees(env, plan, launcher_only=trees == "launcher")
     return plan
+
+
+def _plan_trees(env: SGLangEnv, plan: Plan, launcher_only: bool = False) -> None:
+    """The hooks that hold trees beside the adaptive chains (treeswitch.py), each checked in this
+    release's source. Any target missing: no tree hook at all, and the reason as a problem (the
+    init_states hook then refuses to start: a tree half hooked would write KV out of bounds)."""
+    from .. import treeswitch
+
+    def has(rel: str, cls: str, meth: str) -> bool:
+        src = _Source(env, rel)
+        return bool(src.method(cls, meth) if cls else src.function(meth))
+
+    targets, missing = treeswitch.plan_targets(str(env.version), has)
+    if missing:
+        plan.problems.append(f"trees: SGLang {env.version} lacks {', '.join(missing)}; trees cannot be "
+                             f"held beside chains here (checked on {', '.join(treeswitch.RELEASES)})")
+        return
+    for role, rel, cls, meth in targets:
+        if launcher_only and role not in treeswitch.LAUNCHER_ROLES:
+            continue
+        src = _Source(env, rel)
+        plan.hooks.append(Hook(role, "trees", src.target(*(p for p in (cls, meth) if p))))
+    plan.notes.append(f"trees held beside chains: {len(targets)} hooks ({env.version})")
 
 
 def _plan_stepctl(env: SGLangEnv, plan: Plan, name: str, refuse: str | None) -> None:

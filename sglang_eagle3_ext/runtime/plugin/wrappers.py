@@ -37,6 +37,10 @@ def _make_hook(hook: Hook) -> Callable[..., Any]:
         return stepctl.activate_hook
     if hook.role == "stepctl-verify":
         return stepctl.verify_hook
+    if hook.family == "trees":
+        from .. import treeswitch
+
+        return treeswitch.hook_for(hook.role, hook.target)
     raise ValueError(f"unknown hook role {hook.role}")
 
 
