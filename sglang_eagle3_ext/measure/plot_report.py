@@ -205,11 +205,11 @@ def sweep_section(path: Path, report: Report, pics: _Pictures) -> str:
     ladders = compare._sweep_ladders(doc)
     if ladders:
         lr = compare.ladder_rows(ladders)
+        parts.append(pics(plot_ladders, "concurrency ladder", "per-stream and total tok/s against concurrency",
+                          ladders))
         parts.append(_table(report, compare.LADDER_HEAD, compare.ladder_cells(lr), left=(1,),
                             caption="per concurrency level, against the baseline ladder at the same level",
                             row_class=["base" if r["is_baseline"] else "" for r in lr]))
-        parts.append(pics(plot_ladders, "concurrency ladder", "per-stream and total tok/s against concurrency",
-                          ladders))
     for c in failed:
         parts.append(h.note(f"failed: {c.get('name')}: {c.get('error') or c.get('status')}"))
     return h.section(f"sweep: {doc.get('name') or path.parent.name}", parts)
