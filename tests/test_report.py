@@ -4,6 +4,7 @@ recorded data under docs/data (read, never written: the page goes to --out)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from html.parser import HTMLParser
@@ -151,7 +152,13 @@ def test_bad_inputs_are_one_line(tmp_path, capsys):
     bad = tmp_path / "bad"
     shutil.copytree(SWEEP, bad, ignore=shutil.ignore_patterns("configs"))
     (bad / "results.json").write_text('{"schema": "eagle3_sweep/1", "configs": 3}')
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    hidden = empty / "sub"
+    hidden.mkdir()
+    os.mkfifo(hidden / "results-pipe.json")  # a FIFO found in a search is skipped, never opened
     for argv, needle in (([tmp_path / "nope"], "no such file or folder"),
+                         ([fifo, "--out", tmp_path / "x.html"], "not a regular file or a folder"),
                          ([empty, "--out", tmp_path / "x.html"], "no scan.json, sweep results.json or bench"),
                          ([other, "--out", tmp_path / "x.html"], "not a result of sgl-eagle3"),
                          ([bad, "--out", tmp_path / "x.html"], "results.json"),
@@ -160,3 +167,13 @@ def test_bad_inputs_are_one_line(tmp_path, capsys):
         assert rc == 2 and err.startswith("error: ") and err.count("\n") == 1 and needle in err, (argv, err)
         assert not (tmp_path / "x.html").exists()
     assert not re.search(r"Traceback", err)
+
+
+def test_a_search_stops_at_its_limit(tmp_path, monkeypatch):
+    from sglang_eagle3_ext.measure import plot_report
+
+    monkeypatch.setattr(plot_report, "MAX_FILES", 3)
+    for i in range(5):
+        (tmp_path / f"{i}.json").write_text("{}")
+    with pytest.raises(plot_report.UserError, match="more than 3 JSON files below it"):
+        gather([str(tmp_path)])

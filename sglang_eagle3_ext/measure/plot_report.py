@@ -35,7 +35,10 @@ class Report:
 
 
 def kind_of(path: Path) -> str | None:
-    """The result kind a JSON file holds, from the top-level schema near its start (None: not ours)."""
+    """The result kind a JSON file holds, from the top-level schema near its start (None: not ours,
+    or not a regular file: a FIFO named *.json would block the read)."""
+    if not path.is_file():
+        return None
     try:
         with open(path, "rb") as fh:
             head = fh.read(4000).decode("utf-8", errors="replace")
@@ -63,6 +66,8 @@ def gather(paths: list[str]) -> list[tuple[str, list[Path]]]:
                 raise UserError(f"{raw}: not a result of sgl-eagle3 (no eagle3_scan / sweep / serving / ladder / "
                                 "bench schema near its start)", exit_code=2)
             found[k].append(p)
+        elif p.exists():
+            raise UserError(f"{raw}: not a regular file or a folder (a FIFO or a device is not read)", exit_code=2)
         else:
             raise UserError(f"{raw}: no such file or folder", exit_code=2)
     out: list[tuple[str, list[Path]]] = []
@@ -77,10 +82,13 @@ def gather(paths: list[str]) -> list[tuple[str, list[Path]]]:
 
 
 def _search(folder: Path, found: dict[str, list[Path]]) -> None:
-    files = sorted(folder.rglob("*.json"))
-    if len(files) > MAX_FILES:
-        raise UserError(f"{folder}: {len(files)} JSON files below it (at most {MAX_FILES}); give a smaller folder "
-                        "or the files themselves", exit_code=2)
+    files: list[Path] = []
+    for f in folder.rglob("*.json"):  # symlinked folders are not followed (no loops)
+        files.append(f)
+        if len(files) > MAX_FILES:
+            raise UserError(f"{folder}: more than {MAX_FILES} JSON files below it; give a smaller folder or the "
+                            "files themselves", exit_code=2)
+    files.sort()
     owned = {f.parent for f in files if f.name in ("scan.json", "results.json")}
     for f in files:
         if f.parent in owned and f.name not in ("scan.json", "results.json"):
