@@ -73,3 +73,31 @@ def test_a_scan_dry_run_creates_nothing(tmp_path, capsys):
         rc, _, err = _run(capsys, *_scan(models, out, *more))
         assert rc == 2 and "no config.json inside" in err, err
         assert sorted(tmp_path.rglob("*")) == before, more
+
+
+H200 = REPO / "docs" / "data" / "h200-2026-11-29" / "run2" / "core"
+
+
+def test_profile_names_a_document_of_ours(capsys):
+    """`profile bench.json` said "bench.json:1: not valid JSON" of a valid file (the reader parsed
+    it as JSONL, line by line). It now says what the file is and what profile reads."""
+    bench = H200 / "configs" / "no-spec-no-nccl" / "bench.json"
+    for f, what in ((bench, "this is a bench result (sgl-eagle3 bench); profile reads probe files (prof.jsonl"),
+                    (H200 / "results.json", "this is a sweep's results.json (sgl-eagle3 sweep)"),
+                    (LAYERS / "kimi_k25_target" / "config.json", "this is a model's config.json"),
+                    (next((REPO / "docs" / "data").rglob("scan.json")), "this is a scan's scan.json")):
+        rc, out, err = _run(capsys, "profile", f)
+        lines = err.strip().splitlines()
+        assert rc == 2 and out == "" and len(lines) == 1 and what in lines[0], (f, err)
+        assert "not valid JSON" not in err
+    rc, _, err = _run(capsys, "profile", bench)
+    assert f"profile prof.jsonl --bench {bench}" in err
+
+
+
+def test_a_one_record_probe_file_is_still_probes(tmp_path, capsys):
+    """One probe record is one whole JSON document too: it is read, not named as another kind."""
+    one = tmp_path / "prof.jsonl"
+    one.write_text((H200 / "configs" / "eagle3-s4-k1-d5-no-nccl" / "prof.jsonl").read_text().splitlines()[0] + "\n")
+    rc, out, err = _run(capsys, "profile", one, "--all-windows")
+    assert rc == 0 and "TOTAL cycle" in out, err

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..documents import kinds
 from ..documents.prof_blocks import _block_record, _scan_blocks
 from ..documents.records import MAX_COUNT, WindowRecord, amount_error, count_error
 from ..runtime.errors import UserError
@@ -206,6 +207,9 @@ def load(path: str | Path) -> ProfileRun:
         raise UserError(str(exc), exit_code=2) from None
     first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
     if first.startswith("{"):
+        other = kinds.identify(text)  # one whole document of ours (bench.json, scan.json, ...)
+        if other is not None:
+            raise UserError(kinds.not_probes(str(path), other), exit_code=2)
         notes: list[str] = []
         records = []
         rank0: int | None = None
