@@ -201,6 +201,7 @@ def test_full_sweep_results_analysis_and_plots(spec_file, tmp_path, monkeypatch,
     assert rows[2]["meas_tok_s"] == doc["configs"][2]["bench"]["summary"]["decode_tok_s"]["avg"]
     text = capsys.readouterr().out
     assert "Cost model" in text and "Recommendation:" in text and "Break-even" in text
+    assert "negative cost per step" not in text and "warning" not in a["cost_model"]  # cd = +1 here
     assert "| eagle3 s3 k1 d4 nccl=tuned |" in (out / "table.md").read_text()
     for png in ("tok_s.png", "phases.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -333,6 +334,9 @@ def test_report_rereads_the_real_h200_sweep(tmp_path):
     assert "No step count beats the no-spec baseline" in r.stdout
     assert "Predicted best k (cost model + measured acceptance): 4" in r.stdout
     assert "cycle_ms = 3.27 - 0.06 x steps" in r.stdout          # no "+ -0.06"
+    # ... and it says what a negative cost per step means, with the cycles that made it
+    assert "a negative cost per step is a fit the data does not support" in r.stdout
+    assert "(steps: ms = 1: 3.24, 2: 3.13, 3: 3.01, 4: 3.06)" in r.stdout
     # every tok/s the recommendation quotes is printed in a table above it
     rec = r.stdout.split("Recommendation:", 1)[1]
     table = r.stdout.split("Recommendation:", 1)[0]

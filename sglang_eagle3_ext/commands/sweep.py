@@ -39,6 +39,8 @@ def print_analysis(a: dict[str, Any]) -> None:
         sign = "-" if cm["cd"] < 0 else "+"
         out.print(f"Cost model ({cm['family']}): cycle_ms = {cm['c0']:.2f} {sign} {abs(cm['cd']):.2f} x steps "
                   f"(RMS misfit {cm['residual_ms']:.2f} ms over {cm['n']} configs)")
+        if cm.get("warning"):
+            out.print(f"  [yellow]{cm['warning']}[/]", highlight=False)
     rows = [r for r in a.get("break_even", []) if r["break_even"] is not None]
     if rows:
         out.print("Break-even accept length (incl. bonus) = cycle ms x baseline tok/s / 1000:")

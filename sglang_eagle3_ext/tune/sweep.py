@@ -509,6 +509,13 @@ def analyse(doc: dict[str, Any]) -> dict[str, Any]:
     if len({r["steps"] for r in fam}) >= 2:
         model = analysis.fit_cost_model([(r["steps"], _cycle_ms(r)) for r in fam])
         result["cost_model"] = model.to_dict() | {"family": fam[0]["name"].split(" ", 4)[-1].strip()}
+        if model.cd < 0:  # a draft step costs time: the data cannot support a negative slope
+            seen = ", ".join(f"{r['steps']}: {_cycle_ms(r):.2f}" for r in sorted(fam, key=lambda r: r["steps"]))
+            result["cost_model"]["warning"] = (
+                f"a negative cost per step is a fit the data does not support: the measured cycle did not grow "
+                f"with the step count (steps: ms = {seen}), so differences between the configs (noise, request "
+                f"starts in all-cycle figures) are larger than a draft step's cost; the model's tok/s follow "
+                f"the measured cycles only roughly and say nothing outside the measured step counts")
         big = max(fam, key=lambda r: r["steps"])
         rates = (big.get("profile") or {}).get("per_position") or []
         b = _base_for(big, bases)
