@@ -77,3 +77,16 @@ def test_without_matplotlib_one_line_says_why(monkeypatch, tmp_path):
     assert draw_beside(doc, tmp_path) == "scan.png not drawn: matplotlib is not installed: pip install x"
     assert not (tmp_path / "scan.png").exists()
     assert draw_beside({"cells": []}, tmp_path) is None  # nothing measured: nothing to say
+
+
+def test_a_large_grid_stays_a_readable_picture(tmp_path):
+    """40 states x 16 batch sizes: the picture is capped at 20 x 20 inches (2400 px at 120 dpi)."""
+    pytest.importorskip("matplotlib")
+    from PIL import Image
+
+    cells = [{"steps": s, "bs": bs, "level": bs, "cycles": 100, "blocks": 4, "per_stream_tok_s": 100.0 + s + bs}
+             for s in range(1, 41) for bs in range(1, 17)]
+    g = grid({"cells": cells})
+    assert len(g["states"]) == 40 and g["best"] == {bs: "40 steps" for bs in range(1, 17)}
+    with Image.open(plot_scan({"cells": cells}, tmp_path / "big.png")) as im:
+        assert im.width <= 2400 and im.height <= 2400

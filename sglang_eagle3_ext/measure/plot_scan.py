@@ -88,7 +88,9 @@ def plot_scan(doc: dict[str, Any], path: Target, title: str | None = None) -> An
     top = {bs: max(v for r in rows if (v := value(r, bs)) is not None) for bs in sizes}
     share = [[(v / top[bs]) if (v := value(r, bs)) is not None else float("nan") for bs in sizes] for r in rows]
     lo = min(min(x for x in row if x == x) for row in share if any(x == x for x in row))
-    fig, ax = figure(plt, figsize=(3.2 + 1.5 * len(sizes), 1.6 + 0.48 * len(rows)))
+    # at most 20 x 20 inches however many states and batch sizes; the cell text shrinks instead
+    fig, ax = figure(plt, figsize=(min(20.0, 3.2 + 1.5 * len(sizes)), min(20.0, 1.6 + 0.48 * len(rows))))
+    small = len(sizes) > 11 or len(rows) > 38
     cmap = plt.get_cmap("viridis").with_extremes(bad="#eeeeee")
     im = ax.imshow(share, cmap=cmap, vmin=min(lo, 0.8), vmax=1.0, aspect="auto")
     for i, r in enumerate(rows):
@@ -101,7 +103,7 @@ def plot_scan(doc: dict[str, Any], path: Target, title: str | None = None) -> An
             vs = f"\n{(v / ref - 1) * 100:+.0f}% vs plain" if ref and r != PLAIN else ""
             dark = (share[i][j] - im.norm.vmin) / max(im.norm.vmax - im.norm.vmin, 1e-9) < 0.55
             is_best = g["best"].get(bs) == r
-            ax.text(j, i, f"{v:.1f}{vs}", ha="center", va="center", fontsize=8 if vs else 9,
+            ax.text(j, i, f"{v:.1f}{vs}", ha="center", va="center", fontsize=5 if small else 8 if vs else 9,
                     color="white" if dark else "black", fontweight="bold" if is_best else "normal")
             if is_best:
                 ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="#d62728", linewidth=2.5))
