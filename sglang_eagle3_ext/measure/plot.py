@@ -36,7 +36,7 @@ def plot_tok_s(doc: dict[str, Any], path: Target) -> Any:
     plt = pyplot()
     avg = [c["bench"]["summary"]["decode_tok_s"]["avg"] or 0 for c in ok]
     peak = [c["bench"]["summary"]["decode_tok_s"].get("peak") for c in ok]
-    fig, ax = figure(plt, figsize=(max(6.5, 0.9 * len(ok) + 3.5), 4.8))
+    fig, ax = figure(plt, figsize=(min(24.0, max(6.5, 0.9 * len(ok) + 3.5)), 4.8))
     xs = list(range(len(ok)))
     ax.bar(xs, avg, color=[BASELINE_COLOR if c.get("baseline") else SPEC_COLOR for c in ok])
     px = [x for x, p in zip(xs, peak, strict=True) if p]
@@ -67,7 +67,7 @@ def plot_phases(doc: dict[str, Any], path: Target) -> Any:
     if not rows:
         return None
     plt = pyplot()
-    fig, ax = figure(plt, figsize=(max(6.5, 0.9 * len(rows) + 3.5), 4.8))
+    fig, ax = figure(plt, figsize=(min(24.0, max(6.5, 0.9 * len(rows) + 3.5)), 4.8))
     xs = list(range(len(rows)))
     bottom = [0.0] * len(rows)
     for p, color in zip(PHASES, ("#ff7f0e", "#1f77b4", "#2ca02c", "#9e9e9e"), strict=True):
