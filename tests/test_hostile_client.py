@@ -297,3 +297,78 @@ def test_signal_handlers_are_restored_after_a_bench(capsys):
         _cli(capsys, "bench", "--url", s.url, "--runs", "1", "--max-tokens", "3")
     assert {s: signal.getsignal(s) for s in before} == before
     assert threading.current_thread() is threading.main_thread()
+
+
+# ---------------------------------------------------------------- messages
+
+
+def test_generate_api_errors_speak_the_generate_apis_words(capsys):
+    """--api generate: counters that cannot be true are named as /generate names them (was:
+    usage.completion_tokens > max_tokens, words of the chat API)."""
+    def chunk(n: int, fr=None) -> dict:
+        return {"text": " t" * n, "meta_info": {"completion_tokens": n, "prompt_tokens": 3, "finish_reason": fr}}
+
+    stream = sse([chunk(1), chunk(2), chunk(40, {"type": "length", "length": 40})])
+
+    def script(method, path, write, stop):
+        write(json_answer(HOSTILE_MODELS) if method == "GET" else stream)
+
+    with Hostile(script) as h:
+        rc, out, err = _cli(capsys, "bench", "--url", h.url, "--api", "generate", "--runs", "1", "--warmup", "0",
+                            "--max-tokens", "5")
+    text = " ".join((out + err).split())
+    assert rc == 1 and "meta_info.completion_tokens 40 > sampling_params.max_new_tokens 5" in text, text
+    assert "usage." not in text and "max_tokens 5" not in text
+
+
+class _Reads:
+    """A response that hands out the given reads (the boundaries a socket may give)."""
+
+    def __init__(self, reads: list[bytes]) -> None:
+        self.reads = list(reads)
+
+    def read1(self, n: int) -> bytes:
+        return self.reads.pop(0) if self.reads else b""
+
+
+@pytest.mark.parametrize("reads", [
+    [b"data: " + b"x" * 1100 + b"\n"],                       # the whole line in one read (was: accepted)
+    [b"data: " + b"x" * 1000, b"x" * 100 + b"\n"],           # the newline in the next read (was: accepted)
+    [b"data: " + b"x" * 1030, b"\n"],                        # over the cap before the newline (refused)
+    [b"data: ok\n" + b"data: " + b"x" * 1100 + b"\ndata: z\n"],
+])
+def test_the_line_cap_holds_whatever_the_read_boundaries(reads):
+    from sglang_eagle3_ext.measure import httpio
+
+    got = []
+    with pytest.raises(httpio.BadStream, match="longer than 1 KiB"):
+        got.extend(httpio.lines(None, _Reads(reads), httpio.Deadline(30), cap=1024))
+    assert all(len(x) <= 1025 for x in got)
+
+
+def test_lines_up_to_the_cap_pass_in_any_split():
+    from sglang_eagle3_ext.measure import httpio
+
+    line = b"y" * 1024 + b"\n"
+    for k in (1, 500, 1024, 1025):
+        assert list(httpio.lines(None, _Reads([line[:k], line[k:] + b"z"]), httpio.Deadline(30), cap=1024)) == [
+            line, b"z"]
+
+
+_PAGE = (b"<!DOCTYPE html>\n<html><head><title>Welcome to nginx!</title></head><body>"
+         + b"<p>If you see this page, the nginx web server is working.</p>" * 60 + b"</body></html>\n")
+
+
+@pytest.mark.parametrize("status", [200, 404])
+def test_a_web_server_that_is_no_sglang_gets_one_short_line(capsys, status):
+    """An HTML page where an API answer belongs (issue: the whole page in the table)."""
+    head = f"HTTP/1.0 {status} X\r\nContent-Type: text/html\r\nContent-Length: {len(_PAGE)}\r\n\r\n".encode()
+
+    def script(method, path, write, stop):
+        write(head + _PAGE)
+
+    with Hostile(script) as h:
+        rc, out, err = _cli(capsys, "bench", "--url", h.url, "--runs", "1", "--warmup", "0", "--max-tokens", "3")
+    text = " ".join((out + err).split())
+    assert rc == 1 and f"HTTP {status}: an HTML page ('Welcome to nginx!'), not an OpenAI-compatible" in text
+    assert "nginx web server is working" not in text and "<p>" not in text

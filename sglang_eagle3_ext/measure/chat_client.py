@@ -197,6 +197,7 @@ class _Api:
     path: str
     take: Callable[[Any, RequestRecord, float], bool]
     no_usage: str
+    words: tuple[str, str, str] = chunks.CHAT_WORDS  # the API's own names in messages
 
 
 def _stream(ep: Endpoint, api: _Api, body: dict[str, Any], rec: RequestRecord,
@@ -220,9 +221,9 @@ def _stream(ep: Endpoint, api: _Api, body: dict[str, Any], rec: RequestRecord,
         c.request("POST", ep.base + api.path, body=payload,
                   headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
         r = c.getresponse()
-        if r.status != 200:
+        if r.status != 200 or "html" in (r.getheader("Content-Type") or "").lower():
             dl.arm(c)
-            rec.error = f"HTTP {r.status}: {r.read(500).decode('utf-8', 'replace').strip()}"
+            rec.error = answer_error(r.status, r.getheader("Content-Type"), r.read(2000))
             return rec
         for line in httpio.lines(c, r, dl):
             if not line.startswith(b"data:"):
@@ -266,9 +267,25 @@ def _stream(ep: Endpoint, api: _Api, body: dict[str, Any], rec: RequestRecord,
         asked = body.get("max_tokens") or (body.get("sampling_params") or {}).get("max_new_tokens")
         rec.error = chunks.impossible_counts(rec.completion_tokens, rec.first_chunk_tokens if
                                              rec.first_tokens_exact else 0, rec.spec_verify_ct,
-                                             int(asked or chunks.MAX_COUNT))
+                                             int(asked or chunks.MAX_COUNT), api.words)
     rec.finalize()
     return rec
+
+
+_TITLE = re.compile(rb"<title[^>]*>([^<]{0,200})", re.IGNORECASE)
+
+
+def answer_error(status: int, content_type: str | None, head: bytes) -> str:
+    """One short line for an answer that is no event stream: an HTML page (a web server, a proxy's
+    error page) is named by its title, never printed whole; other bodies are cut to 200 chars."""
+    text = head.lstrip()
+    if "html" in (content_type or "").lower() or text[:1] == b"<":
+        m = _TITLE.search(head)
+        title = " ".join(m.group(1).decode("utf-8", "replace").split()) if m else ""
+        return (f"HTTP {status}: an HTML page{f' ({title!r})' if title else ''}, not an OpenAI-compatible "
+                "answer: is --url an SGLang server?")
+    body = " ".join(head.decode("utf-8", "replace").split())
+    return f"HTTP {status}: {body[:200]}{'...' if len(body) > 200 else ''}"
 
 
 def _server_error(err: Any) -> str:
@@ -357,7 +374,7 @@ _CHAT = _Api("/v1/chat/completions", _take_chunk,
              "for them with stream_options.include_usage; this server ignored it)")
 _GENERATE = _Api("/generate", _take_generate,
                  "the server reported no meta_info.completion_tokens (--api generate reads SGLang's native "
-                 "/generate stream; is this an SGLang server?)")
+                 "/generate stream; is this an SGLang server?)", chunks.GENERATE_WORDS)
 
 
 # ---------------------------------------------------------------- metrics

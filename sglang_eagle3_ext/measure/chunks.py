@@ -87,18 +87,24 @@ def spec_details(chunk: dict[str, Any]) -> dict[str, Any] | None:
     raise BadStream(f"sglext.spec_tokens_details is {_kind(spec)}, not an object")
 
 
-def impossible_counts(tokens: int, first: int, verify: int | None, max_tokens: int) -> str | None:
+CHAT_WORDS = ("usage.completion_tokens", "max_tokens", "sglext spec_verify_ct")
+GENERATE_WORDS = ("meta_info.completion_tokens", "sampling_params.max_new_tokens", "meta_info.spec_verify_ct")
+
+
+def impossible_counts(tokens: int, first: int, verify: int | None, max_tokens: int,
+                      words: tuple[str, str, str] = CHAT_WORDS) -> str | None:
     """Why the request's counters cannot be true, or None. A request never gets more tokens than
     it asked for (SGLang caps output at max_new_tokens: ``managers/schedule_batch.py``
     ``_cap_finished_len_at_max_new_tokens``, 0.5.23), and every verify yields at least one token
     (accept length >= 1, SGLang's own ``completion_tokens / spec_verify_ct``)."""
+    count, cap, verifies = words
     if tokens > max_tokens:
-        return (f"counters cannot be true: usage.completion_tokens {tokens} > max_tokens {max_tokens} "
+        return (f"counters cannot be true: {count} {tokens} > {cap} {max_tokens} "
                 "(figures of this request dropped)")
     if first > tokens:
-        return (f"counters cannot be true: the first chunk's usage says {first} tokens, the final "
-                f"usage {tokens} (figures of this request dropped)")
+        return (f"counters cannot be true: the first chunk's {count} says {first} tokens, the last "
+                f"{tokens} (figures of this request dropped)")
     if verify is not None and verify > tokens:
-        return (f"counters cannot be true: sglext spec_verify_ct {verify} > completion tokens {tokens} "
+        return (f"counters cannot be true: {verifies} {verify} > completion tokens {tokens} "
                 f"(accept length {tokens / verify:.2f} < 1; figures of this request dropped)")
     return None

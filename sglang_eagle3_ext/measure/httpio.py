@@ -95,6 +95,8 @@ def lines(conn: http.client.HTTPConnection, resp: http.client.HTTPResponse, dead
     scan = 0
     while True:
         j = buf.find(b"\n", scan)
+        if j > cap:  # the same cap whatever the read boundaries (the line came in one read)
+            raise BadStream(f"a stream line longer than {cap // 1024} KiB: not an SSE stream")
         if j >= 0:
             yield bytes(buf[: j + 1])
             del buf[: j + 1]
