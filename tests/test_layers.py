@@ -49,11 +49,16 @@ def _cut_method(root: Path, family: layers.Family) -> tuple[str, str] | None:
     if not path.is_file():
         return None
     text = path.read_text(encoding="utf-8")
+    inherits = False
     for node in ast.parse(text).body:
         if isinstance(node, ast.ClassDef) and node.name in family.classes:
+            inherits = True
             for item in node.body:
                 if isinstance(item, ast.FunctionDef) and item.name == "set_eagle3_layers_to_capture":
                     return node.name, textwrap.dedent(ast.get_source_segment(text, item))
+    if inherits and family.rules_of and family.name != "kimi_k25":
+        # the class is there but inherits the method (glm4_moe_lite <= 0.5.12.post1: DeepseekV2's)
+        return _cut_method(root, layers.FAMILIES[family.rules_of])
     return None
 
 

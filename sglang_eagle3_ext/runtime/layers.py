@@ -203,9 +203,10 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
             "Glm5NextForConditionalGenerationNextN")),
     Family("kimi_k25", "kimi_k25.py", "0.5.10", ("KimiK25ForConditionalGeneration",),
            rules_of="deepseek_v2"),
-    # DeepSeek's first-id rule copied into GLM-4.7-Flash's own class (0.5.13+, the file's first release)
-    Family("glm4_moe_lite", "glm4_moe_lite.py", "0.5.13",
-           ("Glm4MoeLiteForCausalLM", "Glm4MoeLiteForCausalLMNextN"), kind="first_id"),
+    # GLM-4.7-Flash: inherits DeepseekV2ForCausalLM's method up to 0.5.12.post1, has its own copy
+    # of the first-id rule from 0.5.13 (read from the pinned releases by serve/capture_rules.py)
+    Family("glm4_moe_lite", "glm4_moe_lite.py", "0.5.9",
+           ("Glm4MoeLiteForCausalLM", "Glm4MoeLiteForCausalLMNextN"), rules_of="deepseek_v2"),
 )}
 
 _BY_CLASS = {cls: fam for fam in FAMILIES.values() for cls in fam.classes}
@@ -282,6 +283,8 @@ def emb_outcome(family: Family, version: str) -> str:
     first forward; 'unknown': not established for this family/release (treated as unsafe).
     """
     fam = family.rule_family
+    if family.name == "glm4_moe_lite" and _ge(version, "0.5.13"):
+        return "unknown"  # its own forward from 0.5.13: not DeepSeek's, not established
     if fam in ("qwen2", "qwen3"):  # Qwen2Model: `hidden + residual if residual is not None else hidden`
         return "silent"
     if fam == "llama":  # 0.5.22+ layer_boundary capture handles "embeddings precede enter"
@@ -516,8 +519,10 @@ def override_layer_ids(model: Any, layer_ids: list[int] | None, requested: str |
 
 def num_hidden_layers(target_cfg: dict) -> int | None:
     """Decoder layers of a target config (multimodal wrappers keep them in text_config)."""
-    for c in (target_cfg, target_cfg.get("text_config") or {}, target_cfg.get("language_config") or {}):
-        n = c.get("num_hidden_layers") if isinstance(c, dict) else None
-        if isinstance(n, int) and not isinstance(n, bool) and 0 < n < 1 << 16:
-            return n
+    for key in ("num_hidden_layers", "num_layers"):  # LongCat-Flash publishes num_layers (its
+        # SGLang config class sets num_hidden_layers from it)
+        for c in (target_cfg, target_cfg.get("text_config") or {}, target_cfg.get("language_config") or {}):
+            n = c.get(key) if isinstance(c, dict) else None
+            if isinstance(n, int) and not isinstance(n, bool) and 0 < n < 1 << 16:
+                return n
     return None

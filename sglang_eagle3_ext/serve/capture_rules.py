@@ -20,6 +20,7 @@ release sources and compares.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from dataclasses import asdict, dataclass
 from functools import lru_cache
@@ -85,16 +86,53 @@ def _entry_names(value: ast.expr) -> list[str]:
     return []
 
 
+_IMPORT_RE = re.compile(r"^\s*from\s+(?:sglang\.srt\.models\.|\.)(\w+)\s+import", re.M)
+
+
+def _entry_snippet(text: str) -> list[str]:
+    """EntryClass names of a file without parsing all of it: the statement up to balanced brackets."""
+    out: list[str] = []
+    for m in re.finditer(r"^EntryClass\s*=", text, re.M):
+        lines, depth = [], 0
+        for line in text[m.start():].splitlines():
+            lines.append(line)
+            depth += line.count("[") + line.count("(") - line.count("]") - line.count(")")
+            if depth <= 0:
+                break
+        try:
+            node = ast.parse("\n".join(lines)).body[0]
+        except (SyntaxError, IndexError):
+            continue
+        if isinstance(node, ast.Assign):
+            out += _entry_names(node.value)
+    return out
+
+
+@lru_cache(maxsize=16)
 def _index(models: Path) -> _Index:
+    """Every class, import and EntryClass of a models/ folder. Only files that define the method,
+    or import (transitively) from one that does, are parsed whole: a class anywhere else cannot
+    reach the method, so it is served without EAGLE-3 capture."""
     idx = _Index({}, {}, {}, {})
     for path in sorted(models.glob("*.py")):
-        text = path.read_text(encoding="utf-8", errors="replace")
+        idx.texts[path.name] = path.read_text(encoding="utf-8", errors="replace")
+    relevant = {f for f, t in idx.texts.items() if METHOD in t}
+    grew = True
+    while grew:
+        grew = False
+        for f, t in idx.texts.items():
+            if f not in relevant and any(m + ".py" in relevant for m in _IMPORT_RE.findall(t)):
+                relevant.add(f)
+                grew = True
+    for f, text in idx.texts.items():
+        if f not in relevant:
+            for name in _entry_snippet(text):
+                idx.entry.setdefault(name, f)
+            continue
         try:
-            tree = ast.parse(text, filename=str(path))
+            tree = ast.parse(text, filename=f)
         except SyntaxError:
             continue
-        f = path.name
-        idx.texts[f] = text
         imp: dict[str, str] = {}
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.module:
@@ -267,7 +305,7 @@ def _draft_fields(text: str) -> tuple[str, ...]:
 @lru_cache(maxsize=16)
 def derive(package_dir: str, version: str) -> ReleaseTable:
     """The table of one release from its source tree (``package_dir`` holds ``srt/models``)."""
-    idx = _index(Path(package_dir) / "srt" / "models")
+    idx = _index((Path(package_dir) / "srt" / "models").resolve())
     targets: dict[str, Capture] = {}
     drafts: dict[str, DraftClass] = {}
     for arch, f in sorted(idx.entry.items()):

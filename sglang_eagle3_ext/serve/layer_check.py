@@ -291,8 +291,8 @@ def ambiguity_line(family: Family, version: str, arch: str, ids: list[int] | Non
     parts = [f"{_words(k)} on {' and '.join(names)}" for k, names in reads]
     full = [k for k, _ in reads if k and None not in k]  # readings that reach every id
     options = " or ".join(f"--trained-on {format_layers(list(k))}" for k in full[:3]) or "--trained-on"
-    shown = "the defaults" if ids is None else f"{list(ids)}"
-    return (f"the draft's ids {shown} mean " + "; ".join(parts) + ". The config does not say which "
+    shown = "the draft has no ids; the defaults mean " if ids is None else f"the draft's ids {list(ids)} mean "
+    return (shown + "; ".join(parts) + ". The config does not say which "
             f"the draft was trained on: pass {options} (or --trained-on-hf with the training tool's "
             f"hidden_states indices); judged here as SGLang {version} reads them")
 
