@@ -101,3 +101,23 @@ def test_a_one_record_probe_file_is_still_probes(tmp_path, capsys):
     one.write_text((H200 / "configs" / "eagle3-s4-k1-d5-no-nccl" / "prof.jsonl").read_text().splitlines()[0] + "\n")
     rc, out, err = _run(capsys, "profile", one, "--all-windows")
     assert rc == 0 and "TOTAL cycle" in out, err
+
+
+def test_profile_and_compare_say_what_their_speeds_are_made_of(capsys, monkeypatch):
+    """The README tour's profile and compare give 790.0 and 839.3 tok/s for one config (4 steps,
+    no NCCL), and nothing said why. Each now says which clock its figure is from: profile the
+    server's own cycle timings, compare the client's per-request first-to-last-token time."""
+    monkeypatch.setenv("COLUMNS", "400")  # one line each: the test reads whole sentences
+    cfgs = H200 / "configs"
+    rc, out, err = _run(capsys, "profile", cfgs / "eagle3-s4-k1-d5-no-nccl" / "prof.jsonl", "--baseline-tps", "847.8")
+    assert rc == 0 and "790.0" in out, err
+    assert "eff tok/s = accept len x 1000 / TOTAL cycle: the server's own timing of the cycles" in out
+    assert "bench and compare give the client's decode tok/s" in out and "--bench BENCH.json" in out
+    rc, out, err = _run(capsys, "compare", cfgs / "no-spec-no-nccl" / "bench.json",
+                        cfgs / "eagle3-s4-k1-d5-no-nccl" / "bench.json")
+    assert rc == 0 and "839.3" in out, err
+    assert "tok/s = decode tok/s per stream, the client's: per request, tokens after the first / time from " \
+           "the first token to the last (TTFT left out)" in out
+    assert "profile's eff tok/s is the server's own cycle timing instead" in out
+    rc, out, _ = _run(capsys, "compare", "--metric", "e2e_tok_s", cfgs / "no-spec-no-nccl" / "bench.json")
+    assert rc == 0 and "(TTFT included)" in out

@@ -128,12 +128,24 @@ def _same_workload(docs: list[dict[str, Any]], args: argparse.Namespace) -> None
         err.print(f"warning: {line}", highlight=False, markup=False)
 
 
+# what each --metric is made of, said above the table: the client's clock, unlike profile's eff tok/s
+# (accept length over the server's own cycle timings), so the two differ for one config
+METRIC_MADE_OF = {
+    "decode_tok_s": "decode tok/s per stream, the client's: per request, tokens after the first / time from the "
+                    "first token to the last (TTFT left out), mean over the measured requests; profile's eff tok/s "
+                    "is the server's own cycle timing instead",
+    "e2e_tok_s": "end-to-end tok/s per stream, the client's: per request, tokens / time from sending to the last "
+                 "token (TTFT included), mean over the measured requests",
+    "throughput_tok_s": "throughput tok/s, the client's: all completion tokens of a run / its wall time (every "
+                        "stream together), mean over runs",
+}
+
+
 def rich_table(rs: list[dict[str, Any]]) -> Any:
     from rich.table import Table
 
     metric = rs[0]["metric"] if rs else "decode_tok_s"
-    t = Table(title=f"tok/s = {metric.replace('_tok_s', '')} tok/s per stream; accept len incl. bonus",
-              title_justify="left")
+    t = Table(title=f"tok/s = {METRIC_MADE_OF.get(metric, metric)}; accept len incl. bonus", title_justify="left")
     t.add_column("Config")
     for c in ("tok/s (avg)", "tok/s (peak)", "accept len", "vs baseline"):
         t.add_column(c, justify="right")

@@ -27,7 +27,12 @@ def _versus_baseline(v: dict[str, Any], cyc: dict[str, Any], baseline_tps: float
 def _table(summaries: list[dict[str, Any]], baseline_tps: float | None):
     from rich.table import Table
 
-    t = Table(title="EAGLE-3 decode cycle, steady state (accept length incl. the bonus token)", show_lines=False)
+    t = Table(title="EAGLE-3 decode cycle, steady state (accept length incl. the bonus token)", show_lines=False,
+              caption="eff tok/s = accept len x 1000 / TOTAL cycle: the server's own timing of the cycles that "
+                      "'phases below are' names. bench and compare give the client's decode tok/s (per request, "
+                      "tokens after the first / time from the first token to the last), so the two need not "
+                      "agree; `profile PROBES --bench BENCH.json` sets them side by side",
+              caption_justify="left")
     t.add_column("", no_wrap=True)
     names = [Path(s["file"]).name for s in summaries]
     unique = len(set(names)) == len(names)
