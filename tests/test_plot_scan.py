@@ -80,13 +80,17 @@ def test_without_matplotlib_one_line_says_why(monkeypatch, tmp_path):
 
 
 def test_a_large_grid_stays_a_readable_picture(tmp_path):
-    """40 states x 16 batch sizes: the picture is capped at 20 x 20 inches (2400 px at 120 dpi)."""
+    """45 states, or 14 batch sizes: the picture is capped at 20 inches (2400 px at 120 dpi) a side."""
     pytest.importorskip("matplotlib")
     from PIL import Image
 
-    cells = [{"steps": s, "bs": bs, "level": bs, "cycles": 100, "blocks": 4, "per_stream_tok_s": 100.0 + s + bs}
-             for s in range(1, 41) for bs in range(1, 17)]
-    g = grid({"cells": cells})
-    assert len(g["states"]) == 40 and g["best"] == {bs: "40 steps" for bs in range(1, 17)}
-    with Image.open(plot_scan({"cells": cells}, tmp_path / "big.png")) as im:
-        assert im.width <= 2400 and im.height <= 2400
+    def cells(states, sizes):
+        return [{"steps": s, "bs": bs, "level": bs, "cycles": 100, "blocks": 4, "per_stream_tok_s": 100.0 + s + bs}
+                for s in range(1, states + 1) for bs in range(1, sizes + 1)]
+
+    tall, wide = cells(45, 2), cells(2, 14)
+    assert len(grid({"cells": tall})["states"]) == 45 and grid({"cells": wide})["best"][14] == "2 steps"
+    with Image.open(plot_scan({"cells": tall}, tmp_path / "tall.png")) as im:
+        assert im.height == 2400 and im.width < 2400
+    with Image.open(plot_scan({"cells": wide}, tmp_path / "wide.png")) as im:
+        assert im.width == 2400 and im.height < 2400
