@@ -183,6 +183,11 @@ def run(args: argparse.Namespace) -> int:
         notes.append(f"SGLang's own argument check skipped for this dry run: it cannot import SGLang "
                      f"here ({why}). Our release rules passed; a real launch runs SGLang's check first")
     _notes(notes + _env_notes(cfg, _split_words(args)[0]))
+    if not cfg.no_spec and flags.normalise_algorithm(cfg.algorithm) == "EAGLE3":
+        from ..serve.capture_line import capture_notes  # which target layers feed the draft
+
+        for line in capture_notes(cfg.model, cfg.draft, env.version, cfg.aux_layers, str(env.package_dir)):
+            err.print(line, highlight=False, markup=False)
 
     if args.dry_run or cfg.nnodes > 1:
         if cfg.nnodes > 1:
