@@ -43,6 +43,12 @@ def test_tree_states_and_any_state_label():
     assert g["states"][-4:] == ["5 steps", "c9", "3x8x25", "5x4x21"] and "3 steps" in g["states"]
     assert set(g["best"].values()) == {"5x4x21"}  # twice the 3-step rate: the best everywhere
     assert state_label({"steps": 4, "state": "4"}) == "4 steps" and state_label({"steps": 0}) == "step 0 (SGLang)"
+    # a tie goes to fewer steps, then to the chain (the scan's own rule for its best per tier)
+    tie = [{"steps": 5, "bs": 1, "level": 1, "cycles": 9, "per_stream_tok_s": 100.0},
+           {"steps": 3, "topk": 8, "draft_tokens": 25, "bs": 1, "level": 1, "cycles": 9, "per_stream_tok_s": 100.0},
+           {"steps": 3, "bs": 1, "level": 1, "cycles": 9, "per_stream_tok_s": 99.0}]
+    assert grid({"cells": tie})["best"] == {1: "3x8x25"}
+    assert grid({"cells": [*tie[:2], dict(tie[2], per_stream_tok_s=100.0)]})["best"] == {1: "3 steps"}
     assert plot_scan(doc, io.BytesIO()) is not None
 
 

@@ -84,3 +84,11 @@ def test_compare_plot_refused_before_reading(tmp_path, capsys, monkeypatch):
     assert cli.main(["compare", str(tmp_path / "missing.json"), "--plot", str(tmp_path / "p.png")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "matplotlib is not installed" in err  # before the missing file is read
+
+
+def test_bench_help_says_what_plot_draws(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "open loop: TTFT / ITL / TPOT p50, p99 and goodput against the request rate" in text
+    assert "ladder only" not in text

@@ -72,7 +72,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="always generate --max-tokens tokens (SGLang/vLLM extension)")
     p.add_argument("--out", metavar="FILE.json", help="write the result document here")
     p.add_argument("--plot", metavar="FILE.png",
-                   help="ladder only: per-stream and total tok/s against concurrency (needs matplotlib)")
+                   help="a ladder: per-stream and total tok/s against concurrency; open loop: TTFT / ITL / TPOT "
+                        "p50, p99 and goodput against the request rate (needs matplotlib)")
     p.add_argument("--json", action="store_true", help="print the result document as JSON")
 
 

@@ -50,22 +50,25 @@ def state_order(cell: dict[str, Any]) -> tuple[Any, ...]:
 def grid(doc: dict[str, Any]) -> dict[str, Any]:
     """What the picture shows, without matplotlib: ``states`` (labels, chains then trees, fewer
     steps first), ``sizes`` (batch sizes), ``rate`` {(state, bs): per-stream tok/s}, ``best``
-    {bs: state} (ties: the first state in order, as scan's best per tier), ``plain`` {bs: tok/s}."""
+    {bs: state} (ties: fewer steps, then a chain, as the scan's best per tier), ``plain`` {bs: tok/s}."""
     from ..documents.scan_doc import cell_rate, main_cells
 
     cells = sorted((c for c in main_cells(doc) if cell_rate(c)), key=state_order)
     states: list[str] = []
+    rank: dict[str, tuple[int, bool]] = {}  # ties: fewer steps, then a chain (scan_doc.best_static's rule)
     rate: dict[tuple[str, int], float] = {}
     for c in cells:
         lab = state_label(c)
         if lab not in states:
             states.append(lab)
+            order = state_order(c)
+            rank[lab] = (-order[1], not order[0])
         rate.setdefault((lab, c["bs"]), float(cell_rate(c) or 0.0))
     sizes = sorted({bs for _, bs in rate})
     best = {}
     for bs in sizes:
-        here = [(rate[(s, bs)], -i, s) for i, s in enumerate(states) if (s, bs) in rate]
-        best[bs] = max(here)[2]
+        here = [(rate[(s, bs)], *rank[s], -i, s) for i, s in enumerate(states) if (s, bs) in rate]
+        best[bs] = max(here)[-1]
     plain = {int(k): v["per_stream_tok_s"] for k, v in (doc.get("baseline") or {}).items()
              if v.get("per_stream_tok_s")}
     return {"states": states, "sizes": sizes, "rate": rate, "best": best, "plain": plain}
