@@ -157,3 +157,82 @@ def _uncounted(r):
     r2.__dict__.update({k: v for k, v in r.__dict__.items() if k != "counted"})
     r2.counted = False
     return r2
+
+
+def _streams(n_req: int, chunks: int, seed: int = 0) -> tuple[list[dict], list]:
+    """Finished stream records with chunk logs as the client keeps them (array('d') / array('q'))."""
+    from array import array
+
+    rng = random.Random(seed)
+    reqs, recs = [], []
+    for _ in range(n_req):
+        r = open_loop.StreamRecord(prompt_index=0, cap=chunks + 1)
+        t, c = 0.05, 0
+        for _ in range(chunks):
+            t += rng.choice((0.004, 0.005, 0.006)) + rng.random() * 1e-4
+            c += rng.choice((1, 1, 2, 3))
+            r.times.append(t)
+            r.cum.append(c)
+        assert isinstance(r.times, array)
+        r.ttft_s, r.last_token_s, r.latency_s = r.times[0], r.times[-1], r.times[-1] + 0.001
+        r.completion_tokens, r.first_chunk_tokens = r.cum[-1], r.cum[0]
+        recs.append(r)
+        reqs.append({"ttft_ms": r.ttft_s * 1000, "tokens": r.completion_tokens, "prompt_tokens": 5})
+    return reqs, recs
+
+
+_PEAK = """
+import resource, sys
+sys.path.insert(0, sys.argv[1])
+from test_serving_stats import _streams
+from sglang_eagle3_ext.measure import serving_stats
+reqs, recs = _streams(300, 1000)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+summary = serving_stats.summarize_rate(reqs, recs, 10.0, None)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before, summary["itl_ms"]["n"])
+"""
+
+
+def test_itl_figures_of_a_big_run_keep_nothing_per_chunk():
+    """300 000 chunks: the ITL summary grows the process's peak memory by a few MiB at most (was:
+    one tuple per chunk, ~170 MiB per million chunks, 17 GiB at 100 000 requests x 1000 tokens;
+    here ~50 MiB). Peak RSS of a child, so nothing else of the suite counts."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    r = subprocess.run([sys.executable, "-c", _PEAK, str(here)], capture_output=True, text=True, timeout=120,
+                       cwd=here.parent)
+    assert r.returncode == 0, r.stderr
+    grew_kib, n = map(int, r.stdout.split())
+    assert grew_kib < 12 * 1024 and n > 300_000, (grew_kib, n)
+
+
+def test_itl_figures_equal_weighted_stats_on_the_expanded_pairs():
+    reqs, recs = _streams(20, 300, seed=4)
+    summary = serving_stats.summarize_rate(reqs, recs, 10.0, None)
+    want = serving_stats.weighted_stats([p for r in recs for p in serving_stats.iter_itls(r.times, r.cum)])
+    assert summary["itl_ms"] == want and summary["itl_ms"]["n"] == sum(r.cum[-1] - r.cum[0] for r in recs)
+
+
+@pytest.mark.parametrize("collect", [1 << 16, 7, 1])
+def test_streamed_quantiles_equal_the_sorted_ones(monkeypatch, collect):
+    """quantiles.stats (the windows narrowed pass by pass) against weighted_stats (sorted), on
+    spread, repeated, heavy-tailed and extreme values; COLLECT small forces the narrowing."""
+    import math
+
+    from sglang_eagle3_ext.measure import quantiles
+
+    monkeypatch.setattr(quantiles, "COLLECT", collect)
+    rng = random.Random(collect)
+    cases = [[], [(0.5, 3)], [(0.005, 1)] * 500 + [(0.2, 0)],
+             [(rng.random(), rng.randint(1, 5)) for _ in range(2000)],
+             [(rng.choice((0.001, 0.002, 0.5)), rng.randint(1, 3)) for _ in range(1500)],
+             [(rng.expovariate(100), 1) for _ in range(1000)] + [(1e9, 1)],
+             [(10 ** rng.uniform(-300, 100), 1) for _ in range(800)] + [(5e-324, 2)]]
+    for pairs in cases:
+        got, want = quantiles.stats(lambda p=pairs: iter(p)), serving_stats.weighted_stats(pairs)
+        assert got.keys() == want.keys()
+        for k in want:
+            assert got[k] == want[k] or math.isclose(got[k], want[k], rel_tol=1e-12, abs_tol=1e-9), (k, got, want)

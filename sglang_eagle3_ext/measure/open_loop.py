@@ -296,9 +296,9 @@ def _request_entry(p: Planned, r: StreamRecord, t0: float, ready: float, queued:
                          "at_ms": _ms(p.at_s), "sent_ms": _ms(sent), "late_ms": _ms(late),
                          "queued_ms": _ms(queued), "error": r.error}
     if r.error is None and r.ttft_s is not None and r.latency_s is not None:
-        itl = serving_stats.chunk_itls(r.times, r.cum if r.counted else None)
         tp = serving_stats.tpot_s(r.latency_s, r.ttft_s, r.completion_tokens)
-        itl_max = max((v for v, _ in itl), default=None)
+        itl_max = max((v for v, _ in serving_stats.iter_itls(r.times, r.cum if r.counted else None)),
+                      default=None)
         e.update({"ttft_ms": _ms(r.ttft_s), "e2e_ms": _ms(r.latency_s), "tpot_ms": _ms(tp),
                   "itl_max_ms": _ms(itl_max), "tokens": r.completion_tokens,
                   "prompt_tokens": r.prompt_tokens, "first_chunk_tokens": r.first_chunk_tokens,

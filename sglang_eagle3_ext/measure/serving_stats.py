@@ -29,11 +29,13 @@ Source: SGLang 0.5.16 and 0.5.23 ``sglang/benchmark/serving.py`` (``calculate_me
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import islice
 from typing import Any
 
 from ..runtime.errors import UserError
 from ..runtime.probes.window import percentile
+from . import quantiles
 
 SLO_KEYS = ("ttft", "tpot", "itl", "e2el")
 _SLO_ALIASES = {"e2e": "e2el"}
@@ -91,15 +93,21 @@ def plain_percentile(values: Sequence[float], q: float) -> float | None:
 # ---------------------------------------------------------------- per request
 
 
-def chunk_itls(times: Sequence[float], tokens: Sequence[int] | None) -> list[tuple[float, int]]:
+def iter_itls(times: Sequence[float], tokens: Sequence[int] | None) -> Iterator[tuple[float, int]]:
     """(per-token ITL in s, tokens) for each text chunk after the first. ``tokens``: the cumulative
-    completion tokens at each chunk (per-chunk usage) or None (one token per chunk)."""
-    out = []
-    for k in range(1, len(times)):
-        n = tokens[k] - tokens[k - 1] if tokens is not None else 1
-        n = max(1, n)
-        out.append(((times[k] - times[k - 1]) / n, n))
-    return out
+    completion tokens at each chunk (per-chunk usage) or None (one token per chunk). Computed from
+    the stream's chunk log when read: nothing per chunk is kept (quantiles.py)."""
+    if tokens is None:
+        for a, b in zip(times, islice(times, 1, None), strict=False):  # the next one: one shorter
+            yield b - a, 1
+        return
+    for a, b, c, d in zip(times, islice(times, 1, None), tokens, islice(tokens, 1, None), strict=False):
+        n = d - c if d - c > 1 else 1
+        yield (b - a) / n, n
+
+
+def chunk_itls(times: Sequence[float], tokens: Sequence[int] | None) -> list[tuple[float, int]]:
+    return list(iter_itls(times, tokens))
 
 
 def tpot_s(latency_s: float, ttft_s: float, output_len: int) -> float | None:
@@ -172,9 +180,10 @@ def summarize_rate(reqs: Sequence[dict[str, Any]], recs: Sequence[Any], duration
     records (the chunk logs, for ITL: kept out of the document)."""
     ok = [(e, r) for e, r in zip(reqs, recs, strict=True) if e.get("ttft_ms") is not None]
     tokens = sum(e["tokens"] for e, _ in ok)
-    itl_pairs: list[tuple[float, int]] = []
-    for _, r in ok:
-        itl_pairs += chunk_itls(r.times, r.cum if r.counted else None)
+
+    def itl_pairs() -> Iterator[tuple[float, int]]:  # read again on each pass, never stored
+        for _, r in ok:
+            yield from iter_itls(r.times, r.cum if r.counted else None)
     # the client's decode rate: tokens after the first chunk over the time after it, summed over
     # requests (per stream, weighted by decode time; profile --bench compares it with the probes)
     dec = [(r.completion_tokens - r.first_chunk_tokens, r.last_token_s - r.ttft_s) for _, r in ok
@@ -192,7 +201,7 @@ def summarize_rate(reqs: Sequence[dict[str, Any]], recs: Sequence[Any], duration
         # bench_serving's "concurrency": the mean number of requests in flight
         "concurrency": round(sum(r.latency_s for _, r in ok) / duration_s, 4),
         "ttft_ms": dist_stats([r.ttft_s for _, r in ok]),
-        "itl_ms": weighted_stats(itl_pairs),
+        "itl_ms": quantiles.stats(itl_pairs),
         "tpot_ms": dist_stats([t for _, r in ok
                                if (t := tpot_s(r.latency_s, r.ttft_s, r.completion_tokens)) is not None]),
         "e2e_latency_ms": dist_stats([r.latency_s for _, r in ok]),
