@@ -177,3 +177,20 @@ def test_a_search_stops_at_its_limit(tmp_path, monkeypatch):
         (tmp_path / f"{i}.json").write_text("{}")
     with pytest.raises(plot_report.UserError, match="more than 3 JSON files below it"):
         gather([str(tmp_path)])
+
+
+def test_bench_and_ladder_files_each_get_a_section(tmp_path, capsys):
+    """Closed-loop bench files and ladder files given together: one section each, their tables
+    the ones `compare` prints."""
+    pytest.importorskip("matplotlib")
+    benches = sorted(SWEEP.glob("configs/*/bench.json"))
+    ladders = sorted(LADDER_SWEEP.glob("configs/*/ladder.json"))
+    out = tmp_path / "mixed.html"
+    rc, text, _ = _report(capsys, *benches, *ladders, "--out", out)
+    assert rc == 0 and "(ladder, bench: 2 table(s), 2 picture(s)" in text
+    html = out.read_text()
+    assert "concurrency ladders: 6 file(s)" in html and "bench results: 5 file(s)" in html
+    page = _page(out)
+    labels = {json.loads(f.read_text())["label"] for f in benches}
+    assert labels <= {r[0] for r in page.rows if len(r) == 5}  # config, avg, peak, accept len, vs baseline
+    assert len([r for r in page.rows if len(r) == 8 and r[0] in ("1", "8", "32")]) == 6 * 3
