@@ -19,12 +19,13 @@ from conftest import REPO
 
 from sglang_eagle3_ext import cli
 from sglang_eagle3_ext.commands import doctor
+from sglang_eagle3_ext.runtime import settings
 
 SITE = Path(next(p for p in sys.path if p.endswith("site-packages")))
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("EAGLE3_", "SGLANG_EAGLE3_", "SGL_EAGLE3_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith((*settings.PREFIXES, "EAGLE3_"))}
     env.update(PYTHONPATH=str(REPO), COLUMNS="200", SGLANG_EAGLE3_CACHE=str(tmp_path / "cache"))
     env.update(extra)
     return env
@@ -100,7 +101,7 @@ def test_env_problems_name_the_reason(name, value, says):
 def test_good_values_and_other_tools_variables_are_not_flagged():
     env = {"EAGLE3_PROFILE": "1", "SGLANG_EAGLE3_NCCL": "tuned", "SGLANG_EAGLE3_AUX_LAYERS": "2,30,58",
            "SGLANG_EAGLE3_HOLD_STEPS": "4,2,0", "NCCL_PROTO": "LL", "SGLANG_ENABLE_SPEC_V2": "1",
-           "SGL_EAGLE3_CACHE": "/tmp/x"}
+           settings.CACHE.old: "/tmp/x"}  # an old name, still read
     assert doctor.env_problems(env) == {}
 
 

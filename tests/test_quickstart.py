@@ -14,6 +14,8 @@ import sys
 import pytest
 from conftest import REPO
 
+from sglang_eagle3_ext.runtime import settings
+
 PAGE = (REPO / "docs/guide/quickstart.md").read_text()
 README = (REPO / "README.md").read_text()
 GPU_ONLY = {"bench", "stop"}  # need a running server
@@ -70,7 +72,7 @@ def test_rehearsal_is_the_gpu_block_plus_dry_run():
 
 
 def _env(tmp_path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("EAGLE3_", "SGLANG_EAGLE3_", "SGL_EAGLE3_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith((*settings.PREFIXES, "EAGLE3_"))}
     env.update(PYTHONPATH=str(REPO), COLUMNS="160", SGLANG_EAGLE3_CACHE=str(tmp_path / "cache"))
     env.update(_exports(REHEARSAL))
     return env

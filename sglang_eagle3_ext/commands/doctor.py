@@ -28,7 +28,7 @@ HELP = ("What this machine can and cannot do, and why: SGLang (or its absence), 
 # Env that changes how a speculative server behaves or how we measure it.
 ENV_PREFIXES = ("NCCL_", *settings.PREFIXES, "EAGLE3_", "SGLANG_ENABLE_SPEC_V2",
                 "SGLANG_PLUGINS", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_MAX_CONNECTIONS")
-OURS = ("SGLANG_EAGLE3_", "EAGLE3_", "SGL_EAGLE3_")  # a name here that we do not declare is a typo
+OURS = (*settings.PREFIXES, "EAGLE3_")  # a name here that we do not declare is a typo
 # What a server start needs from SGLang: its HTTP server and everything that pulls in (a CPU box
 # with SGLang installed without its CUDA dependencies fails here, e.g. on torchvision).
 SERVER_MODULE = "sglang.srt.entrypoints.http_server"
