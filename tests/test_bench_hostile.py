@@ -151,7 +151,7 @@ def test_case8_trickling_server_is_cut_at_the_total_timeout():
         t0 = time.monotonic()
         res = bench.run_bench(_opts(h.url, timeout_s=1.0))
         took = time.monotonic() - t0
-    assert took < 3.0, took
+    assert took < 15.0, took  # far under the server's 20 s: the 1 s timeout cut it, however busy the box
     assert "after 1 s (--timeout)" in res["errors"][0]
 
 
@@ -168,7 +168,7 @@ def test_case8_trickling_headers_are_cut_too():
     with Hostile(script) as h:
         t0 = time.monotonic()
         res = bench.run_bench(_opts(h.url, timeout_s=1.0))
-        assert time.monotonic() - t0 < 3.0
+        assert time.monotonic() - t0 < 15.0  # far under the server's 20 s of trickled headers
     assert "--timeout" in res["errors"][0]
 
 
@@ -202,7 +202,7 @@ def test_case8_model_probe_waits_no_longer_than_the_timeout():
         t0 = time.monotonic()
         with pytest.raises(bench.UserError, match="cannot reach"):
             bench.run_bench(_opts(h.url, timeout_s=1.0))
-        assert time.monotonic() - t0 < 3.0
+        assert time.monotonic() - t0 < 15.0  # far under the 20 s the server keeps /v1/models waiting
 
 
 def test_case9_verify_count_above_the_tokens_fails_the_request():

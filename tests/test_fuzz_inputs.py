@@ -355,7 +355,7 @@ def test_fuzz_yaml_anchors_and_depth(tmp_path):
                 load(str(f))
             except UserError as exc:
                 assert "\n" not in str(exc), (i, str(exc))
-    assert __import__("time").monotonic() - t0 < 10
+    assert __import__("time").monotonic() - t0 < 60  # a hang guard: an alias bomb would never finish
 
 
 # ---------------------------------------------------------------- issue 34: every reader, one reader

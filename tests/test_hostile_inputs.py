@@ -67,7 +67,7 @@ def test_case12_yaml_bombs_and_depth_are_one_line(tmp_path, capsys, text, words)
     for args in (["launch", f, "--dry-run", "--no-sglang-check"], ["sweep", f, "--plan", "--out", tmp_path / "o"]):
         rc, _, err = run_cli(capsys, *args)
         assert rc == 2 and words in err
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 60  # a hang guard: an expanded bomb would never finish
 
 
 def test_case12_nccl_presets_use_the_same_loader(tmp_path):

