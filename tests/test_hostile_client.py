@@ -117,6 +117,8 @@ def test_a_ladder_level_that_cannot_reach_the_server_keeps_the_levels_before(tmp
     assert doc["levels"][1]["summary"]["failed_requests"] >= 1   # the level the server died in
     assert doc["stopped"]["at_level"] == 4 and "cannot reach" in doc["stopped"]["reason"]
     assert "kept concurrency 1, 2" in err
+    rc, text, _ = _cli(capsys, "compare", str(out))  # the kept ladder reads back
+    assert rc == 0 and "concurrency" in text
 
 
 # ---------------------------------------------------------------- signals
@@ -372,3 +374,32 @@ def test_a_web_server_that_is_no_sglang_gets_one_short_line(capsys, status):
     text = " ".join((out + err).split())
     assert rc == 1 and f"HTTP {status}: an HTML page ('Welcome to nginx!'), not an OpenAI-compatible" in text
     assert "nginx web server is working" not in text and "<p>" not in text
+
+
+def test_the_clients_in_flight_bound_holds_and_is_said(monkeypatch, tmp_path, capsys):
+    """--request-rate inf without --max-concurrency: at most MAX_IN_FLIGHT streams at once (4096;
+    3 here), the rest sent as streams end, named in a warning; the kept document reads back in
+    compare."""
+    from sglang_eagle3_ext.measure import open_loop
+
+    monkeypatch.setattr(open_loop, "MAX_IN_FLIGHT", 3)
+    out = tmp_path / "ol.json"
+    with StandIn(ttft_s=0.01, interval_s=0.005) as s:
+        rc, _, err = _cli(capsys, "bench", "--url", s.url, "--request-rate", "inf", "--num-requests", "12",
+                          "--max-tokens", "4", "--warmup", "0", "--out", str(out))
+        peak = s.peak
+    doc = json.loads(out.read_text())
+    assert rc == 0 and peak <= 3 and doc["rates"][0]["summary"]["completed"] == 12
+    assert "waited for the client to start them (at most 3 in flight" in " ".join(err.split())
+    assert cli.main(["compare", str(out)]) == 0
+    capsys.readouterr()
+
+
+def test_a_stopped_document_reads_back_in_compare(tmp_path, capsys):
+    out = tmp_path / "ol.json"
+    with StandIn(ttft_s=0.002, interval_s=0.001, die_after=5) as s:  # rate 20's warm-up: the 5th request
+        _cli(capsys, "bench", "--url", s.url, "--request-rate", "inf,20", "--num-requests", "3",
+             "--max-tokens", "4", "--out", str(out))
+    assert json.loads(out.read_text())["stopped"]
+    rc, text, _ = _cli(capsys, "compare", str(out))
+    assert rc == 0 and "inf" in text
