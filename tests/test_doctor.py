@@ -160,7 +160,7 @@ def test_cuda_torch_without_a_visible_gpu_says_so(monkeypatch):
 
 def test_a_bad_sglang_root_is_still_an_error(tmp_path, capsys):
     """The user named that tree: refusing it is right (a missing install is only reported)."""
-    assert cli.main(["doctor", "--sglang-root", str(tmp_path / "nope")]) == 1
+    assert cli.main(["doctor", "--sglang-root", str(tmp_path / "nope")]) == 2  # a path typed wrong: 2
     assert "no such folder" in capsys.readouterr().err
 
 
@@ -172,3 +172,59 @@ def test_an_unpacked_tree_is_not_imported(capsys, tmp_path, monkeypatch):
     assert cli.main(["doctor", "--sglang-root", str(release_root)]) == 0
     out = capsys.readouterr().out
     assert "not tried (an unpacked tree" in out and "SGLang 0.5.23 (--sglang-root)" in out
+
+
+def test_ctrl_c_while_sglang_imports_stops_doctor_and_its_child(tmp_path):
+    """Ctrl-C while the child Python imports SGLang's server: doctor exits 130 at once and the
+    child does not live on (it would otherwise finish its 8-30 s import alone)."""
+    import signal
+    import time
+
+    from conftest import sigint_default
+
+    p = subprocess.Popen([sys.executable, "-m", "sglang_eagle3_ext", "doctor"], env=_env(tmp_path), cwd=tmp_path,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=sigint_default)
+    children: list[int] = []
+    deadline = time.monotonic() + 60
+    while not children and time.monotonic() < deadline and p.poll() is None:
+        try:
+            children = [int(x) for x in Path(f"/proc/{p.pid}/task/{p.pid}/children").read_text().split()]
+        except OSError:
+            pass
+        time.sleep(0.05)
+    assert children, "doctor started no child import"
+    time.sleep(0.5)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 130, (out, err)
+    assert "Traceback" not in err
+    time.sleep(0.2)
+    for c in children:
+        try:
+            state = Path(f"/proc/{c}/stat").read_text().split(")")[-1].split()[0]
+        except OSError:
+            continue  # gone
+        assert state == "Z", f"child {c} still running ({state})"
+
+
+def test_an_interrupted_report_kills_the_import_at_once(monkeypatch, tmp_path):
+    """Ctrl-C while torch imports (before doctor waits for the child): the child is killed, not
+    waited for (it would finish its import first: exit 1 or 0, not SIGKILL)."""
+    monkeypatch.setenv("SGLANG_EAGLE3_CACHE", str(tmp_path))
+    started = []
+    real = doctor._start_import
+
+    def start(*a, **k):
+        started.append(real(*a, **k))
+        return started[-1]
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(doctor, "_start_import", start)
+    monkeypatch.setattr(doctor, "_torch_info", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        doctor.collect(None, recheck=True)
+    child = started[0]
+    assert isinstance(child, subprocess.Popen)
+    assert child.returncode == -9  # killed, not waited for

@@ -253,8 +253,12 @@ def collect(sglang_root: str | None, quick: bool = False, recheck: bool = False)
             "env_problems": env_problems(),
             "optional": {m: importlib.util.find_spec(m) is not None for m in ("transformers", "matplotlib")},
         }
-    finally:
-        info_import = _finish_import(child)
+    except BaseException:  # Ctrl-C or a bug while reading: the child goes too, at once
+        if isinstance(child, subprocess.Popen):
+            child.kill()
+            child.wait()
+        raise
+    info_import = _finish_import(child)
     if isinstance(child, subprocess.Popen):
         _keep_import(_import_key(env), info_import)
     info["sglang_import"] = info_import
