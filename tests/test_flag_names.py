@@ -73,7 +73,7 @@ def test_bench_names_are_bench_servings_own():
 
 def test_explained_server_names_are_sglangs_own():
     server = flagnames._release_flags("server")
-    for scope in ("launch", "scan", "demo"):
+    for scope in ("launch", "scan", "demo", "sweep"):
         for name in flagnames.EXPLAIN[scope]:
             assert name in server, (scope, name)
 
@@ -142,6 +142,8 @@ def test_sweep_dry_run_is_plan(parsers, capsys):
     (["launch", "--model", "m", "--speculative-adaptive"], "--adaptive FILE"),
     (["demo", "--model-path", "m"], "builds and runs its own tiny models"),
     (["demo", "--mem-fraction-static", "0.5"], "--server-args"),
+    (["sweep", "x.yaml", "--speculative-num-steps", "3"], "matrix: {steps: [1, 2, 3]}"),
+    (["sweep", "x.yaml", "--mem-fraction-static", "0.8"], "launch: {extra_args: [--mem-fraction-static, ...]}"),
     (["launch", "tiny", "--mem-fraction-static", "0.8", "--dry-run"], "give it after `--`"),
 ])
 def test_a_name_we_do_not_take_gets_one_line(argv, says, capsys):

@@ -103,9 +103,20 @@ EXPLAIN: dict[str, dict[str, str]] = {
                                           "launch` or `sgl-eagle3 scan` with --model and --draft",
     },
 }
+_IN_FILE = "a sweep takes its {what} from its file: {where} (docs/guide/sweep.md)"
+EXPLAIN["sweep"] = {
+    "--model-path": _IN_FILE.format(what="model", where="`preset:` or `launch: {model: PATH, draft: PATH}`"),
+    "--speculative-draft-model-path": _IN_FILE.format(what="draft", where="`launch: {draft: PATH}`"),
+    "--speculative-num-steps": _IN_FILE.format(what="step counts", where="`matrix: {steps: [1, 2, 3]}`"),
+    "--speculative-eagle-topk": _IN_FILE.format(what="topk values", where="`matrix: {topk: [1, 4]}`"),
+    "--speculative-num-draft-tokens": _IN_FILE.format(what="draft tokens", where="`matrix: {draft_tokens: [...]}`"),
+    "--tp-size": _IN_FILE.format(what="tensor parallel size", where="`launch: {tp: N}`"),
+}
 # In these commands an unknown SGLang server flag is meant for SGLang: say how to pass it.
 SERVER_COMMANDS = {"launch": _AFTER_DASHES, "scan": _AFTER_DASHES,
-                   "demo": "is SGLang's own flag: give SGLang's flags in --server-args '{flag} ...'"}
+                   "demo": "is SGLang's own flag: give SGLang's flags in --server-args '{flag} ...'",
+                   "sweep": "is SGLang's own flag: a sweep gives SGLang's flags from its file, `launch: {{extra_args: "
+                            "[{flag}, ...]}}` (docs/guide/sweep.md)"}
 
 
 def add_aliases(parser: argparse.ArgumentParser, command: str) -> None:
