@@ -186,8 +186,8 @@ def run_with_progress(opts: Any, levels: list[int] | None = None) -> dict[str, A
             prog.update(task, completed=done, description=f"{where}{label} {min(shown, total)}")
 
         if levels and len(levels) > 1:
-            return run_ladder(opts, levels, progress=lambda n, ph, i, t: cb(ph, i, t, n))
-        return run_bench(opts, progress=cb)
+            return run_ladder(opts, levels, progress=lambda n, ph, i, t: cb(ph, i, t, n), keep_partial=True)
+        return run_bench(opts, progress=cb, keep_partial=True)
 
 
 def _f(x: float | None, fmt: str = "{:.1f}") -> str:

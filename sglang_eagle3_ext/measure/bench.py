@@ -241,10 +241,11 @@ def summarize(values: list[float]) -> dict[str, float | None]:
 
 
 def run_bench(opts: BenchOptions, progress: Callable[[str, int, int], None] | None = None,
-              keep_partial: bool = True) -> dict[str, Any]:
+              keep_partial: bool = False) -> dict[str, Any]:
     """Warm-up runs (discarded) then ``opts.runs`` measured runs; returns the result document.
-    An interrupt after a measured run keeps the runs finished (``stopped`` says why; with
-    ``keep_partial`` False, or none finished, it raises)."""
+    With ``keep_partial`` (the bench command) an interrupt after a measured run keeps the runs
+    finished (``stopped`` says why); otherwise, or with none finished, it raises (a sweep or a
+    scan stops its server on it)."""
     if opts.runs < 1 or opts.warmup < 0 or opts.concurrency < 1 or opts.max_tokens < 1:
         raise UserError("--runs, --concurrency and --max-tokens must be >= 1, --warmup >= 0",
                         exit_code=2)
@@ -384,11 +385,13 @@ def parse_levels(text: str) -> list[int]:
 
 
 def run_ladder(opts: BenchOptions, levels: list[int],
-               progress: Callable[[int, str, int, int], None] | None = None) -> dict[str, Any]:
+               progress: Callable[[int, str, int, int], None] | None = None,
+               keep_partial: bool = False) -> dict[str, Any]:
     """One bench (warm-up + runs) per concurrency level, in the order given; one ladder document.
 
     Each level keeps its full bench document (``levels[i].bench``), so anything that reads bench
-    results reads a level too.
+    results reads a level too. With ``keep_partial`` (the bench command) a level that fails to
+    start or is interrupted ends the ladder with the levels finished kept (``stopped``).
     """
     out: list[dict[str, Any]] = []
     model = opts.model
@@ -398,7 +401,7 @@ def run_ladder(opts: BenchOptions, levels: list[int],
         try:  # a level cut short is left out; the levels finished are kept (stopping.py)
             doc = run_bench(replace(opts, concurrency=n, model=model), progress=cb, keep_partial=False)
         except (UserError, KeyboardInterrupt) as exc:
-            if not out:
+            if not out or not keep_partial:
                 raise
             stopped = stopping.stop_record(exc, f"concurrency {n}")
             stopped["at_level"] = n
