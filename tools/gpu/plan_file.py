@@ -64,7 +64,7 @@ def load(path: str | Path) -> Plan:
     bad = set(doc) - TOP_KEYS
     if bad:
         raise PlanError(f"{p}: unknown key(s) {sorted(bad)} (known: {sorted(TOP_KEYS)})")
-    for key in ("name", "about", "phases"):
+    for key in ("name", "about", "made", "run", "phases"):
         if key not in doc:
             raise PlanError(f"{p}: missing '{key}'")
     if not re.fullmatch(r"[A-Za-z0-9._-]+", str(doc["name"])):

@@ -215,6 +215,8 @@ class Runner:
         finally:
             if not self.rehearse:
                 signal.alarm(0)
+                # a second stop signal (the alarm, the call's teardown) must not cut the stops short
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
                 self.checkpoint("final")  # before the stops: a call cut while servers stop keeps it
                 for name in list(self.live):
                     self.stop(name)
@@ -318,11 +320,22 @@ class Runner:
         if self.rehearse:
             self.call(f"stop {name}", P.stop_cmd(self.ctx, name))
             return
-        if Path(P.pid_file(self.ctx, name)).exists():
-            self.commands += 1
-            argv = P.stop_cmd(self.ctx, name)
-            rc = subprocess.run(argv, capture_output=True, env=self._env(argv, None), timeout=60).returncode
-            self.log(f"stop {name} -> exit {rc}")
+        pid_file = Path(P.pid_file(self.ctx, name))
+        if not pid_file.exists():
+            return
+        self.commands += 1
+        argv = P.stop_cmd(self.ctx, name)
+        try:
+            rc = subprocess.run(argv, capture_output=True, env=self._env(argv, None), timeout=90).returncode
+        except (subprocess.TimeoutExpired, OSError, KeyboardInterrupt) as exc:  # Ctrl-C: the fast way below
+            rc = -1
+            self.log(f"stop {name}: {type(exc).__name__}")
+        if rc != 0 and pid_file.exists():  # the last resort: the group the pid file names
+            from sglang_eagle3_ext.serve import server
+
+            with contextlib.suppress(Exception):
+                server.kill_group(int(server.read_pid_file(pid_file)["pgid"]), grace=5)
+        self.log(f"stop {name} -> exit {rc}")
 
     # -- packing --------------------------------------------------------------------------------
 
