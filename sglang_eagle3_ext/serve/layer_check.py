@@ -173,10 +173,19 @@ def _later_release(family: Family, version: str, n: int, *, layers: list[Layer] 
     return ""
 
 
-def _span(versions: list[str], current: str) -> str:
-    """'SGLang 0.5.9 - 0.5.12.post1' for a group of releases that read the ids alike."""
-    text = versions[0] if len(versions) == 1 else f"{versions[0]} - {versions[-1]}"
-    return f"SGLang {text}" + (" (this release)" if current in versions else "")
+def _span(versions: list[str], current: str, everyone: list[str]) -> str:
+    """'SGLang <= 0.5.12.post1', 'SGLang 0.5.13 - 0.5.16', 'SGLang >= 0.5.19': a group of releases
+    that read the ids alike, among ``everyone`` (oldest first) that serve the class."""
+    lo, hi = versions[0], versions[-1]
+    if len(versions) == len(everyone):
+        text = "every supported SGLang release"
+    elif lo == everyone[0]:
+        text = f"SGLang <= {hi}"
+    elif hi == everyone[-1]:
+        text = f"SGLang >= {lo}"
+    else:
+        text = f"SGLang {lo}" if lo == hi else f"SGLang {lo} - {hi}"
+    return text + (f" (this release, {current})" if current in versions else "")
 
 
 def _released(arch: str) -> list[str]:
@@ -241,10 +250,13 @@ def readings(family: Family, version: str, arch: str, ids: list[int] | None, n: 
 
     groups: dict[tuple, list[str]] = {}
     tables = capture_rules.pinned()
-    versions = sorted({*tables, version}, key=lambda v: _release_key(v))
+    hand = family_for(arch)  # its rule is known per release: add the releases where rules changed
+    versions = sorted({*tables, version, *(_BOUNDARIES if hand else ())}, key=_release_key)
     for v in versions:
         if v == version:
             fam = family
+        elif v not in tables:
+            fam = hand
         else:
             cap = tables[v].get(arch)
             if cap is None or cap.rule not in capture_rules.RULES:
@@ -253,7 +265,8 @@ def readings(family: Family, version: str, arch: str, ids: list[int] | None, n: 
         if not reads_config_ids(v) or not _ge(v, fam.since):
             continue
         groups.setdefault(ours(config_to_loop(fam, v, ids, n), final_capturable(fam, v)), []).append(v)
-    out = [(k, [_span(vs, version)]) for k, vs in groups.items()]
+    everyone = sorted((v for vs in groups.values() for v in vs), key=_release_key)
+    out = [(k, [_span(vs, version, everyone)]) for k, vs in groups.items()]
     conventions = [
         ("trainers that number layer outputs ('output of layer k')",
          [i + 1 for i in ids] if ids is not None else default_loop(n)),
