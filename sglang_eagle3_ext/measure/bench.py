@@ -136,7 +136,7 @@ def _stream_all(ep: Endpoint, bodies: list[dict[str, Any]], recs: list[RequestRe
     try:
         for b, r in zip(bodies, recs, strict=True):
             t = threading.Thread(target=_guarded, args=(ep, b, r), daemon=True)
-            if stopping.start_thread(t):
+            if stopping.start_thread(t) >= 0:
                 threads.append(t)
             else:  # a thread limit: this request fails (its run does not count), the bench goes on
                 r.error = stopping.NO_THREAD

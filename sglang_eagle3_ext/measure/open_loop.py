@@ -220,20 +220,22 @@ def run_rate(ep: Endpoint, opts: OpenLoopOptions, model: str, rate: float,
                     pass
                 ready[k] = max(due, time.perf_counter())
             th = threading.Thread(target=_worker, args=(ep, bodies[k], recs[k], slots), daemon=True)
+            waited = False
             if len(live) >= MAX_IN_FLIGHT:  # the client's own bound: wait for the oldest to end
                 live[:] = [t for t in live if t.is_alive()]
                 while len(live) >= MAX_IN_FLIGHT:
+                    waited = True
                     live[0].join(0.05)
                     live[:] = [t for t in live if t.is_alive()]
-            if not stopping.start_thread(th, live):  # a thread limit with nothing left to wait for
+            tries = stopping.start_thread(th, live)
+            if tries < 0:  # a thread limit with nothing left to wait for
                 recs[k].error = stopping.NO_THREAD
                 recs[k].end_at = time.perf_counter()
                 if slots is not None:
                     slots.release()
             else:
                 threads.append(th)
-            if time.perf_counter() - due > LATE_WARN_S and ready[k] == due:  # held by the client
-                held += 1
+            held += waited or tries > 0
             queued[k] = ready[k] - due
             if progress:
                 progress(k + 1, len(planned))

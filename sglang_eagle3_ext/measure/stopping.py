@@ -82,20 +82,23 @@ def signals_as_interrupts() -> Iterator[None]:
 
 
 def start_thread(th: threading.Thread, live: list[threading.Thread] | None = None,
-                 wait_s: float = 0.05) -> bool:
+                 wait_s: float = 0.05) -> int:
     """Start ``th``; at a thread limit wait for one of ``live`` (threads started before, still
-    running) to end and try again. False when it cannot start and nothing is left to wait for."""
+    running) to end and try again. How many tries failed before it started (0: at once), or -1
+    when it cannot start and nothing is left to wait for."""
+    failed = 0
     while True:
         try:
             th.start()
         except RuntimeError:  # "can't start new thread"
+            failed += 1
             if live is None:
-                return False
+                return -1
             live[:] = [t for t in live if t.is_alive()]
             if not live:
-                return False
+                return -1
             live[0].join(wait_s)
             continue
         if live is not None:
             live.append(th)
-        return True
+        return failed
