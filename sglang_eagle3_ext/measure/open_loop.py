@@ -5,7 +5,12 @@ Per rate: warm-up requests (sent together, at most 32 tokens, left out, as bench
 ``--warmup-requests``), then the schedule (arrivals.py): a dispatcher sleeps to each send time
 on absolute deadlines (no drift) and starts one daemon thread per request, which streams it
 with the closed-loop client (chat_client.stream_chat: deadlines, bounded reads, a cut stream is
-a failed request). ``--max-concurrency C`` is bench_serving's semaphore: a request whose time has
+a failed request). At most MAX_IN_FLIGHT threads stream at once; at a thread or task limit a
+request waits for one in flight to end (stopping.start_thread), and with none in flight it
+fails with that reason: the run is never lost to "can't start new thread". (Threads, not an
+asyncio loop on aiohttp as bench_serving uses: the checked stdlib reader is what the hostile-
+server tests and the client-overhead benchmark cover, aiohttp is no dependency of ours, and
+with the bound a thread per request costs a stack per stream in flight, not per request.) ``--max-concurrency C`` is bench_serving's semaphore: a request whose time has
 come waits for a free slot, in arrival order, and its TTFT starts when it is sent (as there);
 the wait is recorded as ``queued_ms``. The client's own lateness (sent after its time, with a
 slot free) is recorded per request as ``late_ms``: a schedule the client could not keep is said,
