@@ -274,9 +274,12 @@ def run(args: argparse.Namespace) -> int:
 
     check_out(args.out)
     with signals_as_interrupts():
-        if args.request_rate is not None:
-            return run_open(args)
-        return run_closed(args)
+        try:
+            if args.request_rate is not None:
+                return run_open(args)
+            return run_closed(args)
+        except KeyboardInterrupt as exc:  # before the run (a big prompt file being read): 128 + signal
+            return interrupted(exc)
 
 
 def run_closed(args: argparse.Namespace) -> int:
