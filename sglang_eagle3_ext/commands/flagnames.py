@@ -30,6 +30,7 @@ ALIASES: dict[str, dict[str, tuple[str, ...]]] = {
         "--topk": ("--speculative-eagle-topk",),
         "--draft-tokens": ("--speculative-num-draft-tokens",),
         "--adaptive": ("--speculative-adaptive-config",),
+        "--dist-init-addr": ("--nccl-init-addr",),
         "--dry-run": ("--plan",),
     },
     "scan": {**SERVER_NAMES, "--dry-run": ("--plan",)},
