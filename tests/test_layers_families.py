@@ -333,3 +333,42 @@ def test_unknown_everywhere_is_one_line(capsys, tmp_path):
     assert rc == 2 and err.count("\n") == 1 and "nor by any supported release" in err
     with pytest.raises(UserError, match="not served by SGLang 0.5.23 nor by any supported release"):
         layer_check.check(json.loads((target / "config.json").read_text()), _draft([1, 2, 3]), "0.5.23")
+
+
+def test_newer_release_class_gets_its_codes_answer(tmp_path):
+    """A release after the pinned ones, with a class no table knows: the verdict comes from that
+    tree's own method (here a +1 rule behind a wrapper, and a rule this reader cannot name)."""
+    models = tmp_path / "sglang" / "srt" / "models"
+    models.mkdir(parents=True)
+    (models / "newlm.py").write_text(textwrap.dedent('''
+        class NewLMForCausalLM(nn.Module):
+            def set_eagle3_layers_to_capture(self, layer_ids=None):
+                if layer_ids is None:
+                    self.model.layers_to_capture = [2, 4, 6]
+                else:
+                    self.model.layers_to_capture = [val + 1 for val in layer_ids]
+
+        class NewVLForConditionalGeneration(nn.Module):
+            def __init__(self, config):
+                self.language_model = NewLMForCausalLM(config)
+
+            def set_eagle3_layers_to_capture(self, layer_ids=None):
+                self.language_model.set_eagle3_layers_to_capture(layer_ids)
+
+        class OddForCausalLM(nn.Module):
+            def set_eagle3_layers_to_capture(self, layer_ids=None):
+                self.model.layers_to_capture = [v * 2 for v in layer_ids] if len(layer_ids) > 2 else []
+
+        EntryClass = [NewLMForCausalLM, NewVLForConditionalGeneration, OddForCausalLM]
+        '''))
+    (models / "llama_eagle3.py").write_text("class LlamaForCausalLMEagle3:\n    pass\n\n"
+                                            "EntryClass = [LlamaForCausalLMEagle3]\n")
+    target = {"architectures": ["NewVLForConditionalGeneration"], "text_config": {"num_hidden_layers": 40}}
+    rep = layer_check.check(target, _draft([3, 20, 36]), "0.6.0", trained_on=[3, 20, 36],
+                            package_dir=str(tmp_path / "sglang"))
+    assert rep.ok and rep.prefill_loop == [4, 21, 37], [p.what for p in rep.problems]
+    assert rep.source.startswith("newlm.py:NewLMForCausalLM:") and "language_model -> NewLMForCausalLM" in rep.source
+    odd = layer_check.check({"architectures": ["OddForCausalLM"], "num_hidden_layers": 40}, _draft([3, 20, 36]),
+                            "0.6.0", package_dir=str(tmp_path / "sglang"))
+    assert not odd.ok and odd.problems[0].what.startswith("no verdict for OddForCausalLM in SGLang 0.6.0: ")
+    assert "\n" not in odd.problems[0].what
