@@ -151,7 +151,7 @@ def _block_record(b: _Block, index: int, path: str, notes: list[str]) -> dict[st
         legacy = True  # no header and no accept line: the only writer of such blocks is the seeds' patch
     missing = [p for p in PHASES if p not in b.phases]
     if b.total is None and missing:
-        raise UserError(f"{where}: EAGLE3_PROF block lacks {', '.join(missing)} and TOTAL; cannot read it")
+        raise UserError(f"{where}: EAGLE3_PROF block lacks {', '.join(missing)} and TOTAL; cannot read it", exit_code=2)
     phases = {p: {"mean_ms": b.phases.get(p), "p50_ms": None, "p90_ms": None} for p in PHASES}
     total = b.total
     if total is None:

@@ -33,7 +33,7 @@ class ProfileRun:
 
 def _check_record(rec: Any, where: str) -> dict[str, Any]:
     if not isinstance(rec, dict):
-        raise UserError(f"{where}: a JSONL line must be an object, got {type(rec).__name__}")
+        raise UserError(f"{where}: a JSONL line must be an object, got {type(rec).__name__}", exit_code=2)
     # schema name/version, required fields (cycles, phases, mode) and top-level JSON types
     WindowRecord.from_json(rec, where)
     phases = rec["phases"]
@@ -41,18 +41,19 @@ def _check_record(rec: Any, where: str) -> dict[str, Any]:
         for p in (*PHASES, CYCLE):
             float(phases[p]["mean_ms"])
     except (KeyError, TypeError, ValueError) as exc:
-        raise UserError(f"{where}: phases must hold mean_ms for draft/verify/extend/other/cycle ({exc})") from None
+        raise UserError(f"{where}: phases must hold mean_ms for draft/verify/extend/other/cycle ({exc})",
+                        exit_code=2) from None
     for name, ph in phases.items():
         bad = [k for k, v in ph.items() if v is not None and not _is_num(v)] if isinstance(ph, dict) else [name]
         if bad:
-            raise UserError(f"{where}: phases.{name}.{bad[0]} must be a number")
+            raise UserError(f"{where}: phases.{name}.{bad[0]} must be a number", exit_code=2)
     for k in ("per_position",):
         v = rec.get(k)
         if v is not None and not (isinstance(v, list) and all(x is None or _is_num(x) for x in v)):
-            raise UserError(f"{where}: {k} must be a list of numbers")
+            raise UserError(f"{where}: {k} must be a list of numbers", exit_code=2)
     hist = rec.get("accept_hist")
     if hist is not None and not (isinstance(hist, dict) and all(_is_num(x) for x in hist.values())):
-        raise UserError(f"{where}: accept_hist must map lengths to counts")
+        raise UserError(f"{where}: accept_hist must map lengths to counts", exit_code=2)
     _check_values(rec, where)
     return rec
 
@@ -171,8 +172,8 @@ def _check_values(rec: dict[str, Any], where: str) -> None:
 # accounting.by_key_summary / control_summary, policy_report and the scan (probes/window.py,
 # runtime/stepctl.control and policy.PolicyDecider.window_control write them)
 _PH = Opt(MapOf("text", Opt(MapOf("text", Opt("amount")))))
-_CHOICES = MapOf("bs?", MapOf("steps?", "count"))  # "?" = unknown (probes/window.py choices)
-_BY_STEPS = MapOf("bs", MapOf("steps", "count"))    # the policy's own: always known
+_CHOICES = MapOf("bs?", MapOf("state?", "count"))  # "?" = unknown (probes/window.py choices)
+_BY_STEPS = MapOf("bs", MapOf("state", "count"))    # the policy's own: always known (chains and trees)
 BY_KEY = MapOf("text", {
     "steps": Opt("steps"), "topk": Opt("topk"), "draft_tokens": Opt("draft_tokens"), "bs": Opt("bs"),
     "graph": Opt("bool"), "cycles": "count", "requests": Opt("count"), "accepted_drafts": Opt("count"),
@@ -180,11 +181,11 @@ BY_KEY = MapOf("text", {
     "per_position": Opt([Opt("rate")]), "phases": _PH, "per_stream_tok_s": Opt("amount"),
     "throughput_tok_s": Opt("amount"), "parts": Opt([Tup(("int", "count", "amount", "count", "count"))])})
 CONTROL = {
-    "decider": Opt("text"), "block": Opt("int"), "candidates": Opt(["steps"]), "choices": Opt(_CHOICES),
+    "decider": Opt("text"), "block": Opt("int"), "candidates": Opt(["state"]), "choices": Opt(_CHOICES),
     "unmatched_accepts": Opt("count"),
     "policy": Opt({"explore": Opt(_BY_STEPS), "chosen": Opt(_BY_STEPS), "switches": Opt("count"),
-                   "expected_per_stream_tok_s": Opt(MapOf("bs", MapOf("steps", Opt("amount")))),
-                   "rates": Opt([Opt("rate")]), "tiers": Opt(MapOf("bs", Opt("steps"))), "source": Opt("text"),
+                   "expected_per_stream_tok_s": Opt(MapOf("bs", MapOf("state", Opt("amount")))),
+                   "rates": Opt([Opt("rate")]), "tiers": Opt(MapOf("bs", Opt("state"))), "source": Opt("text"),
                    "expected_def": Opt("text")})}
 V3_SHAPE = {"by_key": Opt(BY_KEY), "control": Opt(CONTROL)}
 
@@ -233,7 +234,7 @@ def load(path: str | Path) -> ProfileRun:
     notes = []
     blocks = [b for b in _scan_blocks(text) if b.has_body]
     if not blocks:
-        raise UserError(f"{path}: no EAGLE3_PROF block and no eagle3_prof JSONL record found")
+        raise UserError(f"{path}: no EAGLE3_PROF block and no eagle3_prof JSONL record found", exit_code=2)
     records = []
     rank0 = None
     for i, b in enumerate(blocks, 1):
@@ -241,7 +242,8 @@ def load(path: str | Path) -> ProfileRun:
         try:
             rec = _block_record(b, i, str(path), notes)
         except ValueError as exc:  # int() of a number with thousands of digits
-            raise UserError(f"{where}: EAGLE3_PROF block holds a number this tool cannot read ({exc})") from None
+            raise UserError(f"{where}: EAGLE3_PROF block holds a number this tool cannot read ({exc})",
+                            exit_code=2) from None
         records.append(_check_record(rec, where))
         rank0 = _one_rank(rank0, rec, where)
     return ProfileRun(str(path), "log", records, notes)

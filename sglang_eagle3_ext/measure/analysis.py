@@ -139,7 +139,7 @@ def _mean(rec: Mapping[str, Any], phase: str) -> float:
     except (KeyError, TypeError):
         v = None
     if v is None:
-        raise UserError(f"the run has no {phase} time; prediction needs draft, verify, extend and other")
+        raise UserError(f"the run has no {phase} time; prediction needs draft, verify, extend and other", exit_code=2)
     return float(v)
 
 

@@ -48,11 +48,11 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         data = yaml_load(path.read_text(encoding="utf-8"), f"NCCL presets {path}")
     except OSError as exc:
-        raise UserError(f"NCCL presets {path}: cannot read ({exc.strerror})") from None
+        raise UserError(f"NCCL presets {path}: cannot read ({exc.strerror})", exit_code=2) from None
     except yaml.YAMLError as exc:
-        raise UserError(f"NCCL presets {path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        raise UserError(f"NCCL presets {path}: not valid YAML ({str(exc).splitlines()[0]})", exit_code=2) from None
     if not isinstance(data, dict) or not isinstance(data.get("presets"), dict):
-        raise UserError(f"NCCL presets {path}: expected a top-level 'presets:' mapping")
+        raise UserError(f"NCCL presets {path}: expected a top-level 'presets:' mapping", exit_code=2)
     return data["presets"]
 
 
@@ -63,13 +63,14 @@ def _entries(path: str | Path | None) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for name, entry in raw.items():
         if not isinstance(entry, dict) or not isinstance(entry.get("env", {}), dict):
-            raise UserError(f"NCCL presets {p}: preset {name!r} needs an 'env:' mapping")
+            raise UserError(f"NCCL presets {p}: preset {name!r} needs an 'env:' mapping", exit_code=2)
         env: dict[str, str] = {}
         for var, value in (entry.get("env") or {}).items():
             if not isinstance(var, str) or not _NAME.match(var):
-                raise UserError(f"NCCL presets {p}: preset {name!r}: {var!r} is not an NCCL_* variable name")
+                raise UserError(f"NCCL presets {p}: preset {name!r}: {var!r} is not an NCCL_* variable name",
+                                exit_code=2)
             if value is None or isinstance(value, (dict, list)):
-                raise UserError(f"NCCL presets {p}: preset {name!r}: {var} needs a scalar value")
+                raise UserError(f"NCCL presets {p}: preset {name!r}: {var} needs a scalar value", exit_code=2)
             env[var] = str(value)
         out[str(name)] = {"env": env, "why": str(entry.get("why") or "").strip()}
     return out

@@ -227,12 +227,12 @@ def locate(sglang_root: str | Path | None = None) -> SGLangEnv:
     if sglang_root is not None:
         root = Path(sglang_root).expanduser().resolve()
         if not root.is_dir():
-            raise UserError(f"--sglang-root {root}: no such folder")
+            raise UserError(f"--sglang-root {root}: no such folder", exit_code=2)
         if (root / "srt").is_dir() and root.name == "sglang":
             root = root.parent
         package_dir = root / "sglang"
         if not (package_dir / "srt").is_dir():
-            raise UserError(f"--sglang-root {root}: no sglang/srt/ inside; point it at an unpacked SGLang")
+            raise UserError(f"--sglang-root {root}: no sglang/srt/ inside; point it at an unpacked SGLang", exit_code=2)
         version = _checked_version(_version_from_tree(root, package_dir), f"--sglang-root {root}")
         return SGLangEnv(package_dir=package_dir, version=version, source="--sglang-root")
 
