@@ -70,6 +70,18 @@ def test_every_data_folder_names_the_plan_that_made_it():
             assert row and any(f"plans/{p.name}" in ln for ln in row), (folder, p.name)
 
 
+def test_slim_keeps_what_the_plans_read():
+    """slim.sh moves raw data out before a device call: never a file a plan's copy phase reads."""
+    script = 'eval "$(sed -n "/^MOVE=/,/)$/p" tools/gpu/slim.sh)"; printf "%s\\n" "${MOVE[@]}"'
+    moved = subprocess.run(["bash", "-c", script], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    assert len(moved) > 20 and "docs/data/h200-2026-12-01/moe" in moved
+    read = {m for p in PLANS for m in re.findall(r"\{repo\}/(docs/data/[^\"' ]+)", p.read_text())}
+    assert read
+    for f in read:
+        assert (REPO / f).exists(), f
+        assert not [m for m in moved if f == m or f.startswith(m + "/")], f
+
+
 def test_the_quickstart_plan_is_the_readme_path(tmp_path):
     """tiny --shape llama3-8b, scan --baseline over steps 1-5 at 1 and 8 streams, launch --policy
     on that scan's table, a short bench of that server."""
@@ -198,6 +210,7 @@ def pgids(results: Path) -> list[int]:
     return [int(m) for f in results.glob("*/launch.txt") for m in re.findall(r"pgid (\d+)", f.read_text())]
 
 
+@pytest.mark.slow
 def test_the_runner_starts_benches_keeps_and_stops_servers_and_packs(tmp_path):
     path = standin_plan(tmp_path, free_port())
     out = tmp_path / "out"
@@ -224,6 +237,7 @@ def test_the_runner_starts_benches_keeps_and_stops_servers_and_packs(tmp_path):
     assert len(groups) == 3 and not any(server.pgid_alive(g) for g in groups)
 
 
+@pytest.mark.slow
 def test_a_hard_stop_stops_every_server_and_keeps_what_finished(tmp_path):
     """SIGTERM (what the hard stop's alarm does) mid-bench: the bench gets Ctrl-C, both servers are
     stopped, the pack holds the status with the interrupted step."""

@@ -16,10 +16,10 @@ mkdir -p "$BG/out" "${OUT:?OUT is the folder whose files come back}"
 t0=$(date +%s)
 if [ ! -f "$BG/$NAME.pid" ]; then
   rm -rf "$BG/repo" && mkdir -p "$BG/repo"
-  tar -C "$SRC" --exclude=./.gpu --exclude=./.git -cf - . | tar -C "$BG/repo" -xf -
+  tar -C "$SRC" --exclude=./.gpu --exclude=./.git --exclude=./.venv -cf - . | tar -C "$BG/repo" -xf -
   [ -f "$SRC/.gpu/site.tar.xz" ] && export GPU_BUNDLE="$SRC/.gpu/site.tar.xz"
   cd "$BG/repo"
-  setsid nohup bash tools/gpu/run.sh python3 tools/gpu/run_plan.py "$PLAN" --out "$BG/out" "$@" \
+  setsid nohup bash tools/gpu/run.sh "${PYTHON:-python3}" tools/gpu/run_plan.py "$PLAN" --out "$BG/out" "$@" \
     >"$BG/$NAME.stdout" 2>&1 </dev/null &
   echo $! >"$BG/$NAME.pid"
   echo "[bg] started $NAME (pid $(cat "$BG/$NAME.pid"))"

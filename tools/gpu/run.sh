@@ -20,7 +20,7 @@ if [ ! -f "$SITE/.unpacked" ]; then
   echo "[gpu] unpacked $(du -sh "$SITE" | cut -f1) into $SITE in $(( $(date +%s) - t0 )) s" >&2
 fi
 TORCH_SITE="$("$PY" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')"
-NV_LIBS="$(ls -d "$TORCH_SITE"/nvidia/*/lib 2>/dev/null | tr '\n' ':')"
+NV_LIBS="$( (ls -d "$TORCH_SITE"/nvidia/*/lib 2>/dev/null || true) | tr '\n' ':')"  # none with a CPU torch
 export LD_LIBRARY_PATH="${NV_LIBS}${LD_LIBRARY_PATH:-}"
 export PYTHONPATH="$REPO:$SITE${PYTHONPATH:+:$PYTHONPATH}"
 export PATH="$SITE/bin:$(dirname "$(command -v "$PY")"):$PATH"

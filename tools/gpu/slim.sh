@@ -4,14 +4,14 @@
 # raw data the GPU plans do not read out of the checkout before a call, and back after it:
 #   tools/gpu/slim.sh out    # before `run`
 #   tools/gpu/slim.sh in     # after it (git status is clean again)
-# The plans read docs/data/h200-2026-12-01-r4/scan-8b/scan (adapt*-8b) and
-# docs/data/h200-2026-12-02-r5/moe2/scan-moe (moe3) and docs/data/h200-2026-12-02-r7/moe4/scan-moe
-# (moe4b) and docs/data/h200-2026-12-02-r8/moe5/scan-moe (moe5b) and round 11's scan files
-# (r12: docs/data/h200-2026-12-04-r11/r11/scan-moe-served.json): those stay.
+# What the plan files copy from docs/data (their `copy` phases: the one-start scan of
+# h200-2026-12-01-r4/scan-8b, the MoE scans of h200-2026-12-02-r5/moe2 and -r8/moe5,
+# h200-2026-12-04-r11/r11/scan-moe-served.json, h200-2026-12-01/adaptive-p08.json) stays.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 HOLD="${SLIM_HOLD:-$HOME/.cache/sglang-eagle3-ext/slim}"
-MOVE=(docs/data/h200-2026-11-29 docs/data/h200-2026-12-01 docs/data/h200-2026-12-02-r5/adapt2-8b
+MOVE=(docs/data/h200-2026-11-29 docs/data/h200-2026-12-01/{8b-p08,8b-wire,moe,demo-plugin}
+      docs/data/h200-2026-12-02-r5/adapt2-8b
       docs/data/h200-2026-12-02-r5/trees2 docs/data/h200-2026-12-02-r6
       docs/data/h200-2026-12-02-r7/moe4b docs/data/h200-2026-12-02-r7/long
       docs/data/h200-2026-12-02-r8/moe5b docs/data/h200-2026-12-02-r8/8bp
