@@ -79,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
 # added since (--policy-within).
 OLD_OPTIONS = {
     "--model", "--draft", "--algorithm", "--steps", "--topk", "--draft-tokens", "--adaptive", "--policy",
-    "--policy-within", "--no-spec",
+    "--policy-within", "--trees", "--no-spec",
     "--tp", "--aux-layers", "--nccl", "--profile", "--profile-every", "--profile-mode", "--profile-out",
     "--host", "--port", "--log", "--timeout", "--detach", "--pid-file", "--nnodes", "--dist-init-addr",
     "--dry-run", "--no-sglang-check", "--python", "--server-module",

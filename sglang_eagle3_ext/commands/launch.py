@@ -188,6 +188,10 @@ def run(args: argparse.Namespace) -> int:
 
         for line in capture_notes(cfg.model, cfg.draft, env.version, cfg.aux_layers, str(env.package_dir)):
             err.print(line, highlight=False, markup=False)
+    from ..serve.trees_launch import summary as trees_summary
+
+    for line in trees_summary(cfg):  # --trees: the trees, their graph sizes, the sizing envelope
+        out.print(line, highlight=False, markup=False)
 
     if args.dry_run or cfg.nnodes > 1:
         if cfg.nnodes > 1:
@@ -240,6 +244,7 @@ def _start(args: argparse.Namespace, cfg, srv, status_ctx, pid_file: Path | None
             for line in exc.log_tail:
                 err.print(line, highlight=False, markup=False)
             raise
+        _built_lines(cfg, srv)
         if pid_file is not None:
             try:
                 server.write_pid_file(srv, pid_file)
@@ -268,3 +273,18 @@ def _start(args: argparse.Namespace, cfg, srv, status_ctx, pid_file: Path | None
         if not (args.detach and ready) and srv.is_running():
             srv.stop()
 
+
+
+def _built_lines(cfg, srv) -> None:
+    """--trees: what building each extra state cost, as the server logged it (SGLang's 'Built
+    adaptive runtime state ... elapsed, mem' and the plugin's 'trees: built ...' lines)."""
+    if not cfg.trees:
+        return
+    from ..serve.trees_launch import log_lines
+
+    lines = log_lines(srv.log_path)
+    out.print(f"states built (server log {srv.log_path}):" if lines else
+              f"states built: no 'Built adaptive runtime state' line in {srv.log_path} yet", highlight=False,
+              markup=False)
+    for line in lines:
+        out.print(f"  {line}", highlight=False, markup=False)

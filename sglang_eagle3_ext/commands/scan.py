@@ -46,6 +46,13 @@ def _options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--steps", dest="scan_steps", default="1-5", metavar="LIST",
                    help="candidate step counts: a range 0-5 or a list 1,2,3 (default 1-5; 0 = SGLang's "
                         "0-step state, 0.5.16+)")
+    g.add_argument("--trees", metavar="SPEC",
+                   help="trees held beside the chains in the same start (SGLang 0.5.16 / 0.5.23 structure, page "
+                        "size 1): STEPSxTOPKxTOKENS@BS-BS, e.g. 5x4x21@1-16,3x4x8@1-4 (each held and measured "
+                        "only at the batch sizes of its range)")
+    g.add_argument("--precision", type=float, default=2.0, metavar="PCT",
+                   help="per batch size, measure until the best state's interval is separated from the runner-up's, "
+                        "or both are within +-PCT %% (a tie), or --time-limit (default 2)")
     g.add_argument("--concurrency", default="1,8,32", metavar="LIST",
                    help="concurrency ladder, one level after the other (default 1,8,32)")
     g.add_argument("--prompts", metavar="FILE", help="prompt file (text / JSON / JSONL / ShareGPT; see bench)")
@@ -135,7 +142,14 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
                             max_tokens=args.max_tokens, prompts=prompts or [], level_time_s=args.time_limit,
                             warmup=args.warmup,
                             baseline=args.baseline, baseline_runs=args.baseline_runs, within_pct=args.within,
-                            profile_every=args.profile_every)
+                            profile_every=args.profile_every, precision_pct=args.precision)
+    trees = []
+    if args.trees is not None:
+        from ..serve.trees_launch import parse as parse_trees
+
+        trees = parse_trees(args.trees)
+        opts.trees = [t.state.label for t in trees]
+        opts.tree_ranges = {t.state.label: (t.lo, t.hi) for t in trees}
     opts.check()
     base = launch_config.load_preset(preset) if preset else launch_config.LaunchConfig()
     name = base.name or (Path(args.model).name if args.model else "scan")
@@ -175,12 +189,12 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
         common = {k: v for k, v in {"model": args.model, "draft": args.draft, "tp": args.tp, "port": args.port,
                                     "timeout": args.timeout, "python": args.python,
                                     "server_module": args.server_module}.items() if v is not None}
-        cfg = launch_config.override(base, **common, adaptive=str(staged), profile=True,
+        cfg = launch_config.override(base, **common, adaptive=str(staged), profile=True, trees=args.trees,
                                      profile_out=str((out_dir / "prof.jsonl").absolute()),
                                      profile_every=args.profile_every, log=str(out_dir / "server.log"),
                                      name=f"{name}-scan")
         cfg.extra_args = extra
-        cfg.env = {**cfg.env, **scan.hold_env(args.block, cands)}
+        cfg.env = {**cfg.env, **scan.hold_env(args.block, cands, opts.trees)}
         check = False if args.no_sglang_check else None
         notes += [n.replace(str(staged), str(cfg_path)) for n in _validate(flags, cfg, env, check, args.dry_run)]
         plain = None
@@ -246,9 +260,10 @@ def _check_out(out_dir: Path) -> Path:
 def _progress_printer() -> Any:
     def show(p: dict[str, Any]) -> None:
         cov = p["coverage"]
-        parts = " ".join(f"s{s} {min(cov.get(s, 0), 10**6)}/{p['min_cycles']}" for s in p["candidates"])
-        err.print(f"[scan] {p['level']} stream(s), run {p['runs']}, {p['elapsed_s']:.0f} s: steady cycles {parts}",
-                  highlight=False, markup=False)
+        parts = " ".join(f"{s if isinstance(s, str) else f's{s}'} {min(cov.get(s, 0), 10**6)}/{p['min_cycles']}"
+                         for s in p["candidates"])
+        err.print(f"[scan] {p['level']} stream(s), run {p['runs']}, {p['elapsed_s']:.0f} s: steady cycles {parts}"
+                  + (f"; {p['ranking']}" if p.get("ranking") else ""), highlight=False, markup=False)
     return show
 
 
@@ -273,6 +288,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         out.print(f"memory of {len(opts.candidates)} states: no estimate ({mem['why']})", highlight=False,
                   markup=False)
+    from ..serve.trees_launch import summary as trees_summary
+
+    for line in trees_summary(cfg):  # --trees: graph sizes and the sizing envelope (no estimate for trees)
+        out.print(line, highlight=False, markup=False)
 
     if args.dry_run:
         from .launch import _print_command
@@ -336,10 +355,21 @@ def _f(v: float | None, spec: str = ".1f") -> str:
     return "-" if v is None else format(v, spec)
 
 
-def _label(steps: int) -> str:
+def _label(steps: int | str) -> str:
+    """A state as the tables print it: "5 steps" for a chain, "tree 5x4x21" for a tree."""
     from ..documents.scan_doc import STEP0_LABEL
 
+    if isinstance(steps, str):
+        if not steps.isdigit():
+            return f"tree {steps}"
+        steps = int(steps)
     return STEP0_LABEL if steps == 0 else f"{steps} step{'s' if steps > 1 else ''}"
+
+
+def _order(c: dict[str, Any]) -> tuple[Any, ...]:
+    from ..documents.scan_doc import is_tree
+
+    return (is_tree(c), c["steps"], c.get("topk") or 1, c.get("draft_tokens") or 0)
 
 
 def twin_lines(tw: dict[str, Any] | None) -> list[str]:
@@ -374,7 +404,7 @@ def memory_lines(mem: dict[str, Any]) -> list[str]:
                 f"adaptive runtime state' line was read from {mem.get('log') or 'the server log'}); estimated before "
                 f"the start: {_f(e_tot, '.2f')} GiB"]
     e_per = est.get("per_state_gib") or {}
-    per = ", ".join(f"s{k} {v:.2f}" + (f" (est. {e_per[k]:.2f})" if k in e_per else "")
+    per = ", ".join((f"s{k}" if k.isdigit() else f"tree {k}") + f" {v:.2f}" + (f" (est. {e_per[k]:.2f})" if k in e_per else "")
                     for k, v in sorted(m.get("per_state_gib", {}).items(), key=lambda kv: (not kv[0].isdigit(), kv[0])))
     extra = f"; {m['outside_states_gib']:.2f} GiB outside the states" if m.get("outside_states_gib") else ""
     return [f"graph memory measured (server log, rank 0): {m['total_gib']:.2f} GiB over "
@@ -401,15 +431,15 @@ def render(doc: dict[str, Any]) -> None:
         ref = ref or step0
         t = Table(title=f"batch size {lv} ({lv} stream(s)): steady cycles of each key, interval over hold blocks",
                   title_justify="left")
-        for col in ("steps", "cycles / blocks", "draft", "verify", "extend", "other", "cycle ms",
+        for col in ("state", "cycles / blocks", "draft", "verify", "extend", "other", "cycle ms",
                     "accept len", "accept by position", "tok/s per stream [95% over blocks]", "tok/s total"):
-            t.add_column(col, justify="left" if col in ("steps", "accept by position") else "right")
+            t.add_column(col, justify="left" if col in ("state", "accept by position") else "right")
         if vs_name:
             t.add_column(vs_name, justify="right")
-        for c in sorted(cells, key=lambda c: c["steps"]):
+        for c in sorted(cells, key=_order):
             ph = c.get("phases") or {}
             iv = (c.get("interval") or {}).get("per_stream_tok_s")
-            row = [_label(c["steps"]) + ("" if c["graph"] is not False else " (eager)"),
+            row = [_label(scan_doc.state_label(c)) + ("" if c["graph"] is not False else " (eager)"),
                    f"{c['cycles']} / {c['blocks']}" + (" *" if c.get("trust") else ""),
                    *[_f((ph.get(k) or {}).get("mean_ms"), ".2f") for k in PHASES],
                    _f(c["cycle_ms"], ".2f"), _f(c["accept_len"], ".2f"),
@@ -424,9 +454,10 @@ def render(doc: dict[str, Any]) -> None:
             t.add_row(scan_doc.PLAIN_LABEL, f"{bl.get('runs', '-')} runs (client)", "", "", "", "", "", "", "",
                       _f(bl["per_stream_tok_s"]), _f(bl["throughput_tok_s"]), *(["+0.0%"] if vs_name else []))
         out.print(t)
-        for c in sorted(cells, key=lambda c: c["steps"]):
+        for c in sorted(cells, key=_order):
             if c.get("trust"):
-                out.print(f"  * {_label(c['steps'])}: {c['trust']} (read with care)", highlight=False, markup=False)
+                out.print(f"  * {_label(scan_doc.state_label(c))}: {c['trust']} (read with care)", highlight=False,
+                          markup=False)
         for line in twin_lines(scan_doc.twin(doc, lv)):
             out.print(line, highlight=False, markup=False)
     drain = len(doc.get("cells", [])) - len(scan_doc.main_cells(doc))
@@ -441,12 +472,18 @@ def render(doc: dict[str, Any]) -> None:
             if k == "overall":
                 continue
             vs = f", {v['vs_baseline']:+.1f}% vs the plain server" if v.get("vs_baseline") is not None else ""
-            out.print(f"  batch {k}: {_label(v['steps'])} at {v['per_stream_tok_s']:.1f} tok/s{vs}",
-                      highlight=False, markup=False)
+            rk = (doc.get("ranking") or {}).get(k)
+            out.print(f"  batch {k}: {_label(v.get('state', v['steps']))} at {v['per_stream_tok_s']:.1f} tok/s{vs}"
+                      + (f"; {rk['line']}" if rk else ""), highlight=False, markup=False)
         if "overall" in best:
             o = best["overall"]
-            out.print(f"  overall: {_label(o['steps'])} ({o['relative_to_best'] * 100:.1f}% of each batch size's "
-                      f"best, geometric mean)", highlight=False, markup=False)
+            out.print(f"  overall: {_label(o.get('state', o['steps']))} ({o['relative_to_best'] * 100:.1f}% of each "
+                      f"batch size's best, geometric mean)", highlight=False, markup=False)
+    if doc.get("verdict"):
+        out.print("Chain or tree, per batch size (best tree vs best chain, probes' per-stream tok/s):",
+                  highlight=False, markup=False)
+        for line in doc["verdict"]:
+            out.print(f"  {line}", highlight=False, markup=False)
     ad = doc.get("adaptive")
     if ad:
         out.print(f"Adaptive config from these measurements ({ad['format']} format, candidates within "

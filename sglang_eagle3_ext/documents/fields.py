@@ -21,6 +21,7 @@ A shape is one of
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +62,8 @@ def _int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+_TREE_LABEL = re.compile(r"^\d{1,3}x\d{1,3}x\d{1,3}$")
+
 KINDS: dict[str, tuple[Any, str]] = {
     "count": (lambda v: _int(v) and 0 <= v < MAX_COUNT, "a count (a whole number >= 0)"),
     "amount": (lambda v: _num(v) and v >= 0, "a finite number >= 0"),
@@ -68,6 +71,9 @@ KINDS: dict[str, tuple[Any, str]] = {
     "int": (lambda v: _int(v) and abs(v) < MAX_COUNT, "a whole number"),
     "rate": (lambda v: _num(v) and 0 <= v <= 1, "a rate between 0 and 1"),
     "steps": (lambda v: _int(v) and 0 <= v <= MAX_STEPS, f"a step count 0..{MAX_STEPS}"),
+    # a speculative state: a chain's step count, or a tree's label STEPSxTOPKxTOKENS (runtime/specstate.py)
+    "state": (lambda v: (_int(v) and 0 <= v <= MAX_STEPS) or (isinstance(v, str) and _TREE_LABEL.match(v) is not None),
+              f"a step count 0..{MAX_STEPS} or a tree STEPSxTOPKxTOKENS"),
     "bs": (lambda v: _int(v) and 1 <= v <= MAX_BATCH, f"a batch size 1..{MAX_BATCH}"),
     "topk": (lambda v: _int(v) and 0 <= v <= MAX_TOPK, f"a topk 0..{MAX_TOPK}"),
     "draft_tokens": (lambda v: _int(v) and 0 <= v <= MAX_DRAFT_TOKENS, f"a draft token count 0..{MAX_DRAFT_TOKENS}"),
@@ -129,7 +135,8 @@ def check(value: Any, shape: Any, origin: str, name: str = "") -> Any:
             for k, x in v.items():
                 if sh.key == "text" or (unknown and k == "?"):
                     pass  # any key (JSON keys are text)
-                elif not (isinstance(k, str) and k.isdigit() and len(k) <= 20 and kok(int(k))):
+                elif not (isinstance(k, str) and ((k.isdigit() and len(k) <= 20 and kok(int(k)))
+                                                  or (sh.key.rstrip("?") == "state" and kok(k)))):
                     raise bad(origin, path, f"keys must be {kwords} written as text, got {short(k)}")
                 stack.append((x, sh.shape, f"{path}.{k}"))
         else:  # pragma: no cover - a shape of ours

@@ -53,8 +53,8 @@ def probe_aggregate(cells: list[dict[str, Any]]) -> dict[str, Any] | None:
         return None
     return {"per_stream_tok_s": round(tok * 1000.0 / req_ms, 2), "tokens": tok, "request_ms": round(req_ms, 2),
             "cycles": sum(c["cycles"] for c in cells),
-            "steps_mix": {str(s): sum(c["cycles"] for c in cells if c["steps"] == s)
-                          for s in sorted({c["steps"] for c in cells})},
+            "steps_mix": {k: sum(c["cycles"] for c in cells if state_label(c) == k)
+                          for k in sorted({state_label(c) for c in cells}, key=_label_order)},
             "basis": "tokens x 1000 / sum of batch size x cycle ms over the level's steady cycles (boundary "
                      "cycles left out)"}
 
@@ -116,32 +116,76 @@ def best_static(doc: dict[str, Any]) -> dict[str, Any]:
         if c["per_stream_tok_s"]:
             by_bs.setdefault(c["bs"], []).append(c)
     for bs, cs in sorted(by_bs.items()):
-        b = max(cs, key=lambda c: (c["per_stream_tok_s"], -c["steps"]))
+        b = max(cs, key=lambda c: (c["per_stream_tok_s"], -c["steps"], not is_tree(c)))
         ref = (base.get(str(bs)) or {}).get("per_stream_tok_s")
-        best[str(bs)] = {"steps": b["steps"], "per_stream_tok_s": b["per_stream_tok_s"],
+        best[str(bs)] = {"steps": b["steps"], "state": state_label(b), "per_stream_tok_s": b["per_stream_tok_s"],
                          "throughput_tok_s": b["throughput_tok_s"],
                          "vs_baseline": round((b["per_stream_tok_s"] / ref - 1) * 100, 2) if ref else None}
     if by_bs:
-        steps = set.intersection(*({c["steps"] for c in cs} for cs in by_bs.values()))
-        if steps:
-            def score(s: int) -> float:  # geometric mean of per-stream rate relative to each level's best
-                rel = [next(c["per_stream_tok_s"] for c in cs if c["steps"] == s) / max(c["per_stream_tok_s"] for c in cs)
+        keys = set.intersection(*({state_label(c) for c in cs} for cs in by_bs.values()))
+        if keys:
+            def score(k: str) -> float:  # geometric mean of per-stream rate relative to each level's best
+                rel = [next(c["per_stream_tok_s"] for c in cs if state_label(c) == k) / max(c["per_stream_tok_s"] for c in cs)
                        for cs in by_bs.values()]
                 return math.exp(statistics.fmean(math.log(r) for r in rel))
-            s = max(sorted(steps), key=score)
-            best["overall"] = {"steps": s, "relative_to_best": round(score(s), 4),
+            k = max(sorted(keys, key=_label_order), key=score)
+            first = next(c for cs in by_bs.values() for c in cs if state_label(c) == k)
+            best["overall"] = {"steps": first["steps"], "state": k, "relative_to_best": round(score(k), 4),
                                "basis": "the one step count with the highest geometric mean of its per-stream "
                                         "tok/s relative to each batch size's best"}
     return best
 
 
+def is_tree(c: dict[str, Any]) -> bool:
+    """A tree cell (topk > 1, or a state label STEPSxTOPKxTOKENS)."""
+    return isinstance(_key(c), str)
+
+
+def state_key(v: dict[str, Any]) -> int | str:
+    """The state a merged entry or a cell measured: its step count for a chain (topk 1), its label
+    ``STEPSxTOPKxTOKENS`` for a tree (runtime/specstate.py), so tree 5x4x21 never merges with
+    chain 5. A cell's own ``state`` label wins."""
+    lab = v.get("state")
+    if isinstance(lab, str) and lab:
+        return int(lab) if lab.isdigit() else lab
+    topk = v.get("topk") or 1
+    if topk > 1:
+        return f"{v['steps']}x{topk}x{v.get('draft_tokens') or '?'}"
+    return int(v["steps"])
+
+
+def _key(c: dict[str, Any]) -> int | str:
+    return state_key(c)
+
+
+def state_label(c: dict[str, Any]) -> str:
+    """A cell's state: its step count for a chain ("5"), STEPSxTOPKxTOKENS for a tree ("5x4x21")."""
+    return str(_key(c))
+
+
+def _label_order(label: str) -> tuple[int, int, str]:
+    return (0, int(label), "") if label.isdigit() else (1, 0, label)
+
+
 def table(doc: dict[str, Any]) -> dict[int, dict[int, float]]:
-    """{batch size: {steps: per-stream tok/s}} of the main cells (adaptive.choose's input)."""
+    """{batch size: {steps: per-stream tok/s}} of the main CHAIN cells (adaptive.choose's input:
+    SGLang's adaptive config holds chains only; a tree of the same step count never overwrites
+    its chain)."""
     t: dict[int, dict[int, float]] = {}
     for c in main_cells(doc):
         rate = cell_rate(c)
-        if rate:
+        if rate and not is_tree(c):
             t.setdefault(c["bs"], {})[c["steps"]] = rate
+    return t
+
+
+def state_table(doc: dict[str, Any]) -> dict[int, dict[int | str, float]]:
+    """{batch size: {state key: per-stream tok/s}} of the main cells, chains and trees."""
+    t: dict[int, dict[int | str, float]] = {}
+    for c in main_cells(doc):
+        rate = cell_rate(c)
+        if rate:
+            t.setdefault(c["bs"], {})[_key(c)] = rate
     return t
 
 
@@ -161,12 +205,12 @@ def markdown(doc: dict[str, Any]) -> str:
     head = ("batch size", "steps", "cycles / blocks", "cycle ms", "accept len", "accept by position",
             "tok/s per stream [95% over blocks]", "tok/s total", "vs plain")
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join([":-:"] * len(head)) + "|"]
-    for c in sorted(main_cells(doc), key=lambda c: (c["bs"], c["steps"])):
+    for c in sorted(main_cells(doc), key=lambda c: (c["bs"], _label_order(state_label(c)), c["steps"])):
         iv = (c.get("interval") or {}).get("per_stream_tok_s")
         ref = (base.get(str(c["bs"])) or {}).get("per_stream_tok_s")
         vs = f"{(c['per_stream_tok_s'] / ref - 1) * 100:+.1f}%" if (ref and c["per_stream_tok_s"]) else "-"
         lines.append("| " + " | ".join([
-            str(c["bs"]), STEP0_LABEL if c["steps"] == 0 else str(c["steps"]), f"{c['cycles']} / {c['blocks']}",
+            str(c["bs"]), STEP0_LABEL if state_label(c) == "0" else state_label(c), f"{c['cycles']} / {c['blocks']}",
             f"{c['cycle_ms']:.2f}" if c["cycle_ms"] else "-", f"{c['accept_len']:.2f}" if c["accept_len"] else "-",
             " ".join("-" if r is None else f"{r:.2f}" for r in c["per_position"]) or "-",
             (f"{c['per_stream_tok_s']:.1f}" if c["per_stream_tok_s"] else "-") + (f" [{iv[0]:.1f}, {iv[1]:.1f}]" if iv else ""),

@@ -77,6 +77,11 @@ class LaunchConfig:
         help="--policy builds adaptive states only for the step counts whose table tok/s is within "
              "PCT %% of the best at some batch size (default 5, the scan's --within; 100 = every "
              "candidate)")
+    trees: str | None = _opt(  # trees held beside the adaptive chains (serve/trees_launch.py)
+        cli="--trees", group=GROUP_SPEC, metavar="SPEC",
+        help="hold trees beside the adaptive chains in one server (SGLang 0.5.16 / 0.5.23 structure, "
+             "page size 1): STEPSxTOPKxTOKENS@BS-BS, e.g. 5x4x21@1-16,3x4x8@1-4; needs --policy (or "
+             "the scan's hold schedule)")
     no_spec: bool = _opt(False, cli="--no-spec", group=GROUP_SPEC, help="plain decoding (a baseline)")
     tp: int | None = _opt(cli="--tp", group=GROUP_SPEC, help="tensor parallel size")
     nccl: str | None = _opt(cli="--nccl", group=GROUP_ENV, metavar="PRESET",

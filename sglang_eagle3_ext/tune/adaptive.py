@@ -60,8 +60,10 @@ class TierChoice:
 
 
 def choose(table: Table, within_pct: float = DEFAULT_WITHIN_PCT, *,
-           allows_zero: bool = True) -> list[TierChoice]:
-    """Per tier, the step counts within ``within_pct`` % of the best per-stream tok/s."""
+           allows_zero: bool = True, keep: dict[int, list[int]] | None = None) -> list[TierChoice]:
+    """Per tier, the step counts within ``within_pct`` % of the best per-stream tok/s; ``keep``:
+    step counts a tier lists whatever their distance (a runner-up whose order against the best
+    the scan did not decide: dropping it would pretend it did)."""
     if not 0 <= within_pct < 100:
         raise UserError(f"--within {within_pct}: a percentage in [0, 100)", exit_code=2)
     if not table:
@@ -75,6 +77,11 @@ def choose(table: Table, within_pct: float = DEFAULT_WITHIN_PCT, *,
         floor = row[best_s] * (1 - within_pct / 100.0)
         cands = sorted(s for s, v in row.items() if v >= floor)
         note = None
+        extra = [s for s in (keep or {}).get(bs, []) if s in row and s not in cands]
+        if extra:
+            cands = sorted(cands + extra)
+            note = (f"{', '.join(map(str, extra))} kept although more than {within_pct:g} % below the best: "
+                    "the scan did not decide their order")
         if not allows_zero and 0 in cands:
             cands = [s for s in cands if s > 0]
             if not cands:
@@ -82,8 +89,8 @@ def choose(table: Table, within_pct: float = DEFAULT_WITHIN_PCT, *,
                 if not pos:
                     continue
                 cands = [max(pos, key=lambda s: (pos[s], -s))]
-            note = ("no speculation is within reach here, but this release cannot switch it off "
-                    "per tier (its loader wants positive steps)")
+            note = "; ".join(x for x in (note, "no speculation is within reach here, but this release cannot "
+                                         "switch it off per tier (its loader wants positive steps)") if x)
         out.append(TierChoice(bs, row, best_s, cands, note))
     if not out:
         raise UserError("no tier has a positive tok/s measurement", exit_code=2)
@@ -167,12 +174,13 @@ def load_measurements(path: str | Path, predicted: bool = False
 
 def write(table: Table, out: str | Path, loader: ReleaseLoader,
           within_pct: float = DEFAULT_WITHIN_PCT,
-          write_json: Callable[[str | Path, Any], None] | None = None
+          write_json: Callable[[str | Path, Any], None] | None = None,
+          keep: dict[int, list[int]] | None = None
           ) -> tuple[list[TierChoice], dict[str, Any], dict[int, list[int]]]:
     """Choose, write, and read back with the release's own loader; returns what it read."""
     from ..documents.jsonio import write_json as _wj
 
-    choices = choose(table, within_pct, allows_zero=loader.allows_zero)
+    choices = choose(table, within_pct, allows_zero=loader.allows_zero, keep=keep)
     cfg = config_for(choices, loader.format)
     outp = Path(out)
     if outp.is_dir():

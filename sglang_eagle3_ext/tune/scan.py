@@ -31,6 +31,14 @@ from ..runtime.bounds import MAX_COUNT, MAX_STEPS
 from ..runtime.errors import UserError
 from .scan_cells import RecordTail, cell, coverage, merge_keys, merged_cycles, probe_mix
 from .scan_memory import estimate_memory, log_graph_memory, remeasure
+from .scan_rank import (
+    DEFAULT_PRECISION_PCT,
+    rank_tier,
+    ranking,
+    settled,
+    undecided_runner_ups,
+    verdict_lines,
+)
 
 CONFIG_NAME = "sglang-adaptive-scan.json"   # the one-tier config the server starts with
 ADAPTIVE_NAME = "adaptive.json"             # the config written from the measurements
@@ -78,6 +86,22 @@ class ScanOptions:
     profile_every: int | None = None
     ignore_eos: bool = True
     model: str | None = None       # the request's model name (default: /v1/models)
+    trees: list[str] = dataclasses.field(default_factory=list)  # tree labels held beside the chains (--trees)
+    precision_pct: float = DEFAULT_PRECISION_PCT  # a tier's ranking: a tie once both intervals are this narrow
+
+    tree_ranges: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)  # label -> batch sizes
+
+    @property
+    def keys(self) -> list[int | str]:
+        """Every state the hold schedule holds: the chains (steps), then the trees (labels)."""
+        return [*self.candidates, *self.trees]
+
+    def keys_at(self, level: int) -> list[int | str]:
+        """The states held at this batch size: every chain; a tree only inside its @range (the
+        hold schedule holds it only where it has CUDA graphs: stepctl.ControllerInfo.eligible)."""
+        return [*self.candidates, *(t for t in self.trees
+                                    if self.tree_ranges.get(t, (1, 1 << 30))[0] <= level
+                                    <= self.tree_ranges.get(t, (1, 1 << 30))[1])]
 
     def check(self) -> None:
         """Every option before anything starts (a bad --within was refused only after the scan)."""
@@ -89,12 +113,18 @@ class ScanOptions:
             raise UserError(f"--time-limit {self.level_time_s}: must be a finite number > 0 seconds", exit_code=2)
         if not 0 <= self.within_pct < 100:  # NaN too: adaptive.choose's rule, said at once
             raise UserError(f"--within {self.within_pct}: a percentage in [0, 100)", exit_code=2)
+        if not 0 <= self.precision_pct < 100:
+            raise UserError(f"--precision {self.precision_pct}: a percentage in [0, 100)", exit_code=2)
         if self.baseline_runs < 1 or (self.profile_every is not None and self.profile_every < 1):
             raise UserError("--baseline-runs and --profile-every must be >= 1", exit_code=2)
 
 
-def tier_reasons(choices: list[Any], within_pct: float) -> dict[str, str]:
+def tier_reasons(choices: list[Any], within_pct: float, kept: dict[int, int | str] | None = None,
+                 best_states: dict[str, Any] | None = None) -> dict[str, str]:
+    """Why each tier lists what it lists; an undecided runner-up kept beside the best, and a tree
+    that is the tier's best (SGLang's adaptive config holds chains only), said in words."""
     out = {}
+    kept = kept or {}
     for c in choices:
         best = c.tok_s[c.best_steps]
         others = [f"{s} ({c.tok_s[s]:.1f}, {100 * (c.tok_s[s] / best - 1):+.1f}%)" for s in c.candidates
@@ -103,6 +133,17 @@ def tier_reasons(choices: list[Any], within_pct: float) -> dict[str, str]:
                                   + (f"; within {within_pct:g}%: " + ", ".join(others) if others else
                                      f"; no other step count within {within_pct:g}%")
                                   + (f"; {c.note}" if c.note else ""))
+        ru = kept.get(c.batch_size)
+        if ru is not None and ru != c.best_steps:
+            out[str(c.batch_size)] += (f"; {ru} stays beside it: the scan did not decide the order of the best and "
+                                       f"{ru} (intervals overlap)" if not isinstance(ru, str) else
+                                       f"; the runner-up, tree {ru}, is not separated from the best (a tree is held "
+                                       f"with launch --policy SCAN --trees, not in SGLang's chain tiers)")
+        b = (best_states or {}).get(str(c.batch_size)) or {}
+        if isinstance(b.get("state"), str) and not b["state"].isdigit():
+            out[str(c.batch_size)] += (f"; the best state here is tree {b['state']} ({b['per_stream_tok_s']:.1f} tok/s): "
+                                       "SGLang's adaptive config holds chains only, so this tier lists chains; "
+                                       "launch --policy SCAN --trees ... holds the tree")
     return out
 
 
@@ -113,9 +154,12 @@ def write_adaptive(doc: dict[str, Any], out_path: Path, loader: Any, within_pct:
     t = table(doc)
     if not t:
         return None
-    choices, cfg, read = adaptive.write(t, out_path, loader, within_pct)
+    kept = undecided_runner_ups(doc.get("ranking") or {})
+    keep = {bs: [k] for bs, k in kept.items() if not isinstance(k, str)}
+    choices, cfg, read = adaptive.write(t, out_path, loader, within_pct, keep=keep)
     return {"path": str(out_path), "format": loader.format, "tiers": {str(k): v for k, v in sorted(read.items())},
-            "config": cfg, "reasons": tier_reasons(choices, within_pct), "within_pct": within_pct,
+            "config": cfg, "reasons": tier_reasons(choices, within_pct, kept, doc.get("best")),
+            "within_pct": within_pct, "kept_undecided": {str(k): v for k, v in sorted(kept.items())},
             "launch_steps": adaptive.launch_steps(read)}
 
 
@@ -132,18 +176,21 @@ class LevelState:
     stop_reason: str | None = None
 
 
-def hold_env(block: int, candidates: list[int]) -> dict[str, str]:
+def hold_env(block: int, candidates: list[int], trees: list[str] | None = None) -> dict[str, str]:
     """The plugin's hold schedule: blocks of ``block`` cycles, the candidates largest first (the
-    server starts at the largest, so block 0 needs no switch; hold.py rotates forth and back)."""
+    server starts at the largest, so block 0 needs no switch; hold.py rotates forth and back),
+    then the trees held beside them (their labels; each held only at the batch sizes it has
+    graphs for: stepctl.ControllerInfo.eligible)."""
     from ..runtime import settings
 
     return {settings.HOLD.name: str(block),
-            settings.HOLD_STEPS.name: ",".join(map(str, sorted(candidates, reverse=True)))}
+            settings.HOLD_STEPS.name: ",".join([*map(str, sorted(candidates, reverse=True)), *(trees or [])])}
 
 
 def new_document(opts: ScanOptions, version: str, cfg: Any) -> dict[str, Any]:
     return {"schema": SCHEMA, "sglang_version": version, "model": cfg.model, "draft": cfg.draft,
-            "candidates": opts.candidates, "levels": opts.levels, "block": opts.block,
+            "candidates": opts.candidates, "trees": list(opts.trees), "precision_pct": opts.precision_pct,
+            "levels": opts.levels, "block": opts.block,
             "min_cycles": opts.min_cycles, "max_tokens": opts.max_tokens,
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "finished": None, "interrupted": False,
             "cells": [], "baseline": None, "client": {}, "probe_mix": {}, "levels_done": [],
@@ -169,6 +216,10 @@ def finish(doc: dict[str, Any], out_dir: Path, loader: Any, within_pct: float) -
     from ..documents.jsonio import write_json
 
     doc["best"] = best_static(doc)
+    from ..documents.scan_doc import main_cells
+
+    doc["ranking"] = ranking(main_cells(doc), doc.get("precision_pct", DEFAULT_PRECISION_PCT))
+    doc["verdict"] = verdict_lines(main_cells(doc))
     try:
         doc["adaptive"] = write_adaptive(doc, out_dir / ADAPTIVE_NAME, loader, within_pct)
     except UserError as exc:
@@ -202,12 +253,17 @@ def drive_level(srv_url: str, opts: ScanOptions, ls: LevelState, tail: RecordTai
         i += 1
         ls.runs.append(r)
         ls.records.extend(tail.read())
-        cov = coverage(merge_keys(ls.records), ls.level)
+        merged = merge_keys(ls.records)
+        cov = coverage(merged, ls.level)
         elapsed = time.monotonic() - ls.started
-        done = all(cov.get(s, 0) >= opts.min_cycles for s in opts.candidates)
+        keys = opts.keys_at(ls.level)
+        done = all(cov.get(s, 0) >= opts.min_cycles for s in keys)
+        rank = rank_tier([cell(v, ls.level) for v in merged.values() if v["bs"] == ls.level],
+                         opts.precision_pct) if done else None
         progress({"level": ls.level, "coverage": cov, "elapsed_s": elapsed, "runs": len(ls.runs),
-                  "min_cycles": opts.min_cycles, "candidates": opts.candidates})
-        if done:
+                  "min_cycles": opts.min_cycles, "candidates": keys,
+                  "ranking": rank["line"] if rank else None})
+        if done and settled(rank):
             ls.stop_reason = "covered"
             return model
         if len(ls.runs) >= 3 and not cov and merged_cycles(ls.records):
@@ -215,19 +271,25 @@ def drive_level(srv_url: str, opts: ScanOptions, ls: LevelState, tail: RecordTai
             ls.stop_reason = (f"no steady cycle at batch size {ls.level} in {len(ls.runs)} runs (seen: {seen}); "
                               f"is --max-running-requests below {ls.level}?")
             return model
-        absent = [s for s in opts.candidates if not cov.get(s)]
-        present = [s for s in opts.candidates if s not in absent]  # none yet: no window closed at this level
+        absent = [s for s in keys if not cov.get(s)]
+        present = [s for s in keys if s not in absent]  # none yet: no window closed at this level
         if absent and present and all(cov.get(s, 0) >= 2 * opts.min_cycles for s in present):
             # the schedule visited them (it rotates every block), but the probes matched no accept
             # counts to their cycles: waiting longer would not help
-            ls.stop_reason = (f"steps {absent}: no steady cycle with accept counts at batch size {ls.level} while "
+            ls.stop_reason = (f"{_what(absent)} {absent}: no steady cycle with accept counts at batch size {ls.level} while "
                               f"the others reached {2 * opts.min_cycles} (see the probe file's control.choices)")
             return model
         if elapsed > opts.level_time_s:
-            short = [s for s in opts.candidates if cov.get(s, 0) < opts.min_cycles]
-            ls.stop_reason = (f"time limit {opts.level_time_s:.0f} s: steps {short} below {opts.min_cycles} "
-                              f"steady cycles at batch size {ls.level}")
+            short = [s for s in keys if cov.get(s, 0) < opts.min_cycles]
+            ls.stop_reason = (f"time limit {opts.level_time_s:.0f} s: " + (
+                f"{_what(short)} {short} below {opts.min_cycles} steady cycles at batch size {ls.level}" if short else
+                f"every state covered, but the ranking at batch size {ls.level} is "
+                + (rank["line"] if rank else "not decided")))
             return model
+
+
+def _what(keys: list[int | str]) -> str:
+    return "states" if any(isinstance(k, str) for k in keys) else "steps"
 
 
 def close_level(doc: dict[str, Any], opts: ScanOptions, ls: LevelState) -> None:
@@ -237,7 +299,8 @@ def close_level(doc: dict[str, Any], opts: ScanOptions, ls: LevelState) -> None:
 
     merged = merge_keys(ls.records)
     doc["cells"] = [c for c in doc["cells"] if c["level"] != ls.level]
-    doc["cells"] += [cell(v, ls.level) for _, v in sorted(merged.items(), key=lambda kv: (kv[1]["bs"], kv[1]["steps"]))]
+    doc["cells"] += [cell(v, ls.level) for _, v in sorted(merged.items(), key=lambda kv: (kv[1]["bs"], kv[1]["steps"],
+                                                                                        kv[1].get("topk") or 1))]
     if ls.runs:
         bopts = bench.BenchOptions(url="scan", runs=len(ls.runs), warmup=len(ls.warm), max_tokens=opts.max_tokens,
                                    prompts=list(opts.prompts) or [bench.DEFAULT_PROMPT], concurrency=ls.level,
@@ -312,11 +375,17 @@ def run_scan(opts: ScanOptions, cfg: Any, out_dir: Path, *, version: str, loader
     try:
         srv = factory(cfg)
         doc["memory"]["log"] = str(srv.log_path) if getattr(srv, "log_path", None) else None
-        log(f"starting one server with {len(opts.candidates)} states (steps {opts.candidates}), start step "
+        log(f"starting one server with {len(opts.keys)} states (steps {opts.candidates}"
+            + (f", trees {opts.trees}" if opts.trees else "") + "), start step "
             f"{cfg.steps}; log {getattr(srv, 'log_path', '?')}")
         srv.start(wait=True)
         doc["start_s"] = round(time.monotonic() - t0, 1)
         log(f"ready after {doc['start_s']:.0f} s")
+        if opts.trees:  # what each extra state cost to build, as the server logged it
+            from ..serve.trees_launch import log_lines
+
+            for line in log_lines(doc["memory"]["log"]):
+                log(f"  {line}")
         doc["memory"]["measured"] = m = log_graph_memory(doc["memory"]["log"], cfg.steps)
         log(f"graph memory (server log, rank 0): {m['total_gib']:.2f} GiB over {len(m['per_state_gib'])} state(s)"
             if m else "graph memory: no capture line in the server log yet (read again after the stop)")

@@ -1,4 +1,4 @@
-"""From the probes' records to scan cells: per (steps, batch size) key merged over windows, its interval over hold blocks, and the live tail of the probe file."""
+"""From the probes' records to scan cells: per (state, batch size) key merged over windows, its interval over hold blocks, and the live tail of the probe file."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..documents.prof_records import _check_record
+from ..documents.scan_doc import state_key
 from ..runtime.errors import UserError
 from ..runtime.safeparse import json_loads
 
@@ -72,12 +73,13 @@ def merged_cycles(records: list[dict[str, Any]]) -> int:
     return sum(v["cycles"] for v in merge_keys(records).values())
 
 
-def coverage(merged: dict[str, dict[str, Any]], bs: int) -> dict[int, int]:
-    """Steady cycles per step count at batch size ``bs``."""
-    cov: dict[int, int] = {}
+def coverage(merged: dict[str, dict[str, Any]], bs: int) -> dict[int | str, int]:
+    """Steady cycles per state (chain: steps; tree: its label) at batch size ``bs``."""
+    cov: dict[int | str, int] = {}
     for v in merged.values():
         if v["bs"] == bs:
-            cov[v["steps"]] = cov.get(v["steps"], 0) + v["cycles"]
+            k = state_key(v)
+            cov[k] = cov.get(k, 0) + v["cycles"]
     return cov
 
 
@@ -113,7 +115,8 @@ def cell(v: dict[str, Any], level: int) -> dict[str, Any]:
 
     cyc_ms = ((v.get("phases") or {}).get("cycle") or {}).get("mean_ms")
     iv = block_intervals(v.get("parts") or [])
-    return {"steps": v["steps"], "topk": v["topk"], "draft_tokens": v["draft_tokens"], "bs": v["bs"],
+    return {"steps": v["steps"], "topk": v["topk"], "draft_tokens": v["draft_tokens"], "state": str(state_key(v)),
+            "bs": v["bs"],
             "graph": v.get("graph"), "level": level, "cycles": v["cycles"], "blocks": len(v.get("parts") or []),
             "all_cycles": v.get("all_cycles"), "steady_share": v.get("steady_share"), "trust": trust_note(v),
             "requests": v.get("requests"), "tokens": v.get("tokens"),
@@ -141,5 +144,23 @@ def probe_mix(records: list[dict[str, Any]]) -> dict[str, Any] | None:
             "accept_len": round(tok / req, 4) if req else None,
             "per_stream_tok_s": round(ps, 2) if ps else None,
             "throughput_tok_s": round(tok * 1000.0 / ms, 2) if ms else None,
-            "steps_mix": {str(s): sum(v["cycles"] for v in merged.values() if v["steps"] == s)
-                          for s in sorted({v["steps"] for v in merged.values()})}}
+            "steps_mix": {str(s): sum(v["cycles"] for v in merged.values() if state_key(v) == s)
+                          for s in _sorted_keys({state_key(v) for v in merged.values()})}}
+
+
+def _sorted_keys(keys: set[int | str]) -> list[int | str]:
+    """Chains by steps, then trees (runtime/specstate.sort_keys; an unparsable label last)."""
+    from ..runtime import specstate
+
+    good = [k for k in keys if _parses(k)]
+    return specstate.sort_keys(good) + sorted(str(k) for k in keys if not _parses(k))
+
+
+def _parses(k: int | str) -> bool:
+    from ..runtime import specstate
+
+    try:
+        specstate.of_key(k)
+    except ValueError:
+        return False
+    return True

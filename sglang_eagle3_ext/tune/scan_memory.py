@@ -82,6 +82,7 @@ _CAPTURE_END = re.compile(r"Capture ([\w -]+?) end\..*?mem usage=([\d.]+) GB(?:,
                           re.IGNORECASE)
 _BUILT = re.compile(r"Built adaptive runtime state steps=(\d+):.*?mem=(-?[\d.]+) ?GB")
 _START = re.compile(r"AdaptiveSpeculativeParams initialized: steps=(\d+)")
+_TREE_BUILT = re.compile(r"trees: built tree (\d+x\d+x\d+)")  # the plugin's line right after SGLang's Built line
 _RANK = re.compile(r"^\[[^\]]*?\bTP(\d+)\b[^\]]*\]")
 
 
@@ -112,15 +113,26 @@ def log_graph_memory(log_path: str | Path | None, start_steps: int | None = None
     captures = 0
     built = 0
     avail = None
+    last_built: tuple[str, float] | None = None
     for line in text.splitlines():
         r = _RANK.match(line)
         if r and r.group(1) != "0":
             continue
         if start_steps is None and (m := _START.search(line)):
             start_steps = int(m.group(1))
+        if (m := _TREE_BUILT.search(line)) and last_built is not None:
+            # the Built line just before was this tree's (SGLang's builder logs its step count only)
+            steps_key, gib = last_built
+            per_state[steps_key] = round(per_state.get(steps_key, 0.0) - gib, 3)
+            if not per_state[steps_key]:
+                del per_state[steps_key]
+            per_state[m.group(1)] = round(per_state.get(m.group(1), 0.0) + gib, 3)
+            last_built = None
+            continue
         if m := _BUILT.search(line):
             built += 1
             per_state[m.group(1)] = round(per_state.get(m.group(1), 0.0) + float(m.group(2)), 3)
+            last_built = (m.group(1), float(m.group(2)))
             pending = 0.0
             start_open = False
             continue

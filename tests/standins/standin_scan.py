@@ -19,6 +19,18 @@ The streams are OpenAI-compatible (usage, sglext spec_verify_ct), like tests/sta
 STANDIN_SCAN_SLOW=X multiplies every cycle; STANDIN_SCAN_CRASH=1 fails the start;
 STANDIN_SCAN_NO_ACCEPT=0,.. : those step counts report no accept counts (their cycles never key);
 STANDIN_SCAN_IGNORE_TERM=1 ignores SIGTERM; STANDIN_SCAN_START_DELAY=S sleeps S seconds before ready.
+
+Trees beside the chains (SGLANG_EAGLE3_TREES=3x4x8@1-4,..., as `scan --trees` sets it): each tree is one
+more state of the hold schedule (its label in SGLANG_EAGLE3_HOLD_STEPS; held only at the batch sizes of
+its @range, as stepctl.ControllerInfo.eligible allows), and its cycles are tagged (steps, topk, draft
+tokens) like the probes tag a tree cycle, so the scan keys them apart from the chain of the same steps.
+A tree's made-up cost and acceptance (no GPU, no tree kernel here):
+
+    cycle ms (tree S x K x N, batch b) = 2.0 + 0.4 S + 0.05 b N
+    conditional acceptance per position = 1 - (1 - rate)^(K / 2)   (more candidates per depth)
+
+so tree 3x4x8 beats the best chain at 1 stream and loses to it at 32, the shape the H200 measured.
+The start log carries a 'Built adaptive runtime state' line per tree and the plugin's 'trees: built'.
 """
 
 from __future__ import annotations
@@ -34,6 +46,7 @@ from typing import Any
 
 from httpd import Httpd  # this folder: the script is run as a file
 
+from sglang_eagle3_ext.runtime import specstate
 from sglang_eagle3_ext.runtime.probes import window
 
 RATES = (0.8, 0.6, 0.4, 0.3, 0.2, 0.15, 0.1)
@@ -48,6 +61,16 @@ def cycle_ms(steps: int | None, bs: int) -> float:
     if steps is None:
         return 1.8 + 0.04 * bs
     return 2.0 + 0.4 * steps + 0.05 * bs * (steps + 1)
+
+
+def tree_ms(st: specstate.State, bs: int) -> float:
+    return 2.0 + 0.4 * st.steps + 0.05 * bs * st.tokens
+
+
+def rates_of(st: specstate.State) -> list[float]:
+    if not st.is_tree:
+        return list(RATES[: st.steps])
+    return [1.0 - (1.0 - r) ** (st.topk / 2.0) for r in RATES[: st.steps]]
 
 
 def expected_accept_len(steps: int) -> float:
@@ -81,14 +104,23 @@ class Engine:
         if cands and start != max(cands):
             print("AssertionError: shared logits buffer holds 256 rows but caller needs 512", flush=True)
             sys.exit(1)
+        self.trees = specstate.parse_trees(os.environ.get("SGLANG_EAGLE3_TREES") or "")
+        built: list[int | str] = [*cands, *(t.state.label for t in self.trees)]
         order = os.environ.get("SGLANG_EAGLE3_HOLD_STEPS")
-        self.cands = [int(x) for x in order.split(",")] if order else (cands or [start])
+        self.cands = ([int(x) if x.strip().isdigit() else x.strip() for x in order.split(",")] if order
+                      else (built or [start]))
         self.hold = int(os.environ.get("SGLANG_EAGLE3_HOLD") or 0)
         self.decider = None
         if self.hold and self.spec:  # the plugin's real hold decider (sglang_eagle3_ext/runtime/hold.py)
             from sglang_eagle3_ext.runtime.hold import HoldDecider, candidates_for
 
-            self.decider = HoldDecider(self.hold, candidates_for(cands, self.cands))
+            ranges = {t.state.label: t for t in self.trees}
+
+            def eligible(level: int, key: int | str) -> bool:  # stepctl.ControllerInfo.eligible's rule
+                t = ranges.get(key) if isinstance(key, str) else None
+                return t is None or t.serves(level)
+
+            self.decider = HoldDecider(self.hold, candidates_for(built, self.cands), eligible=eligible)
         self.out = os.environ.get("EAGLE3_PROFILE_OUT") if os.environ.get("EAGLE3_PROFILE") == "1" else None
         self.every = int(os.environ.get("EAGLE3_PROFILE_EVERY") or 100)
         self.slow = float(os.environ.get("STANDIN_SCAN_SLOW") or 1.0)
@@ -104,7 +136,7 @@ class Engine:
         self.last_bs: int | None = None
         self.prev_steps: int | None = None
 
-    def choose(self, bs: int) -> tuple[int | None, int]:
+    def choose(self, bs: int) -> tuple[int | str | None, int]:
         """(steps, block id): the hold schedule, a pure function of the per-bs cycle count."""
         n = self.bs_cycles.get(bs, 0)
         self.bs_cycles[bs] = n + 1
@@ -115,11 +147,11 @@ class Engine:
         steps = self.decider.choose(bs, self.current, self.cands)
         return steps, int(self.decider.block or 0)
 
-    def accepted(self, steps: int) -> int:
+    def accepted(self, key: int | str) -> int:
         """Seeded (repeatable) draws against each position's conditional rate."""
         a = 0
-        for j in range(steps):
-            if self.rng.random() >= RATES[j]:
+        for r in rates_of(specstate.of_key(key)):
+            if self.rng.random() >= r:
                 break
             a += 1
         return a
@@ -134,7 +166,8 @@ class Engine:
             steps, block = self.choose(bs)
             joined = any(r.new for r in batch)
             self.current = steps
-            ms = cycle_ms(steps, bs)
+            ms = (cycle_ms(steps, bs) if steps is None or not isinstance(steps, str)
+                  else tree_ms(specstate.of_key(steps), bs))
             time.sleep(ms * self.slow / 1000.0)
             toks, accs = [], []
             for r in batch:
@@ -158,13 +191,16 @@ class Engine:
             if self.spec and self.out:
                 self.account(steps or 0, bs, block, ms, joined, accs)
 
-    def account(self, steps: int, bs: int, block: int, ms: float, joined: bool, accs: list[int]) -> None:
-        """One decode cycle, as the probes hold it (phases, why bits, counts, the configuration tag)."""
+    def account(self, key: int | str, bs: int, block: int, ms: float, joined: bool, accs: list[int]) -> None:
+        """One decode cycle, as the probes hold it (phases, why bits, counts, the configuration tag:
+        a tree's cycle carries its topk and draft tokens)."""
+        st = specstate.of_key(key)
+        steps = st.steps
         draft, extend, other = 0.4 * steps, (0.2 if steps else 0.0), 0.3
-        req = 0 if str(steps) in self.no_accept else bs  # a state whose verify reports no counts
+        req = 0 if str(key) in self.no_accept else bs  # a state whose verify reports no counts
         self.w.append({"draft": draft, "verify": ms - draft - extend - other, "extend": extend, "other": other,
                        "cycle": ms, "why": window.JOIN if joined else 0, "nreq": req, "nacc": sum(accs) if req else 0,
-                       "tag": (steps, 1, steps + 1, bs, True, block, req, sum(accs) if req else 0,
+                       "tag": (steps, st.topk, st.tokens, bs, True, block, req, sum(accs) if req else 0,
                                list(accs) if req else [], True)})
         for a in accs:
             self.hist[a] = self.hist.get(a, 0) + 1
@@ -273,7 +309,7 @@ def state_gib(steps: int) -> float:
     return round(0.05 * (steps + 1), 2)
 
 
-def graph_log(cands: list[int], start: int | None) -> None:
+def graph_log(cands: list[int | str], start: int | None, trees: list[specstate.TreeSpec] | None = None) -> None:
     """SGLang 0.5.16's graph lines, in its order and text: the start state's captures
     (model_runner_components/cuda_graph_setup.py, eagle_worker_v2.py), then for every other
     candidate its draft captures and one 'Built adaptive runtime state' line
@@ -289,7 +325,7 @@ def graph_log(cands: list[int], start: int | None) -> None:
     print(f"{ts} Capture draft decode CUDA graph end. elapsed=1.00 s, mem usage=0.01 GB, avail mem=62.28 GB.", flush=True)
     print(f"{ts} Capture draft extend CUDA graph end. elapsed=1.00 s, mem usage=0.01 GB, avail mem=62.27 GB.", flush=True)
     for s in cands:
-        if s == start:
+        if s == start or isinstance(s, str):
             continue
         if s > 0:
             print(f"{ts} Capture draft decode CUDA graph end. elapsed=0.50 s, mem usage=0.01 GB, avail mem=62.00 GB.",
@@ -297,6 +333,11 @@ def graph_log(cands: list[int], start: int | None) -> None:
         print(f"{ts} Capture draft extend CUDA graph end. elapsed=0.50 s, mem usage=0.01 GB, avail mem=61.99 GB.",
               flush=True)
         print(f"{ts} Built adaptive runtime state steps={s}: elapsed=1.20s, mem={state_gib(s):.2f}GB", flush=True)
+    for t in trees or ():  # the plugin's build (treeswitch.build_trees): SGLang's builder, then its own line
+        gib = round(0.02 * t.state.tokens, 2)
+        print(f"{ts} Built adaptive runtime state steps={t.state.steps}: elapsed=1.70s, mem={gib:.2f}GB", flush=True)
+        print(f"{ts} trees: built {t.state.describe()} with graphs for batch sizes "
+              f"{[b for b in (1, 2, 4, 8, 16, 32) if t.serves(b)]}", flush=True)
 
 
 def main() -> int:
@@ -311,7 +352,7 @@ def main() -> int:
 
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     ENGINE = Engine()
-    graph_log(sorted(ENGINE.cands), ENGINE.current)
+    graph_log(sorted(c for c in ENGINE.cands if not isinstance(c, str)), ENGINE.current, ENGINE.trees)
     time.sleep(float(os.environ.get("STANDIN_SCAN_START_DELAY") or 0))  # a long start (graph capture)
     threading.Thread(target=ENGINE.loop, daemon=True).start()
     httpd = Httpd((host, port), Handler)
