@@ -186,8 +186,11 @@ class Runner:
     # -- phases ---------------------------------------------------------------------------------
 
     def run(self) -> int:
-        self.results.mkdir(parents=True, exist_ok=True) if not self.rehearse else None
-        self.out.mkdir(parents=True, exist_ok=True) if not self.rehearse else None
+        if not self.rehearse:  # a fresh run starts from an empty results folder (the models stay)
+            shutil.rmtree(self.results, ignore_errors=True)
+            self.results.mkdir(parents=True)
+            self.out.mkdir(parents=True, exist_ok=True)
+            (self.out / f"{self.plan.name}.log").unlink(missing_ok=True)
         self.log(f"{self.plan.path.name}: deadline {self.deadline:.0f} s, hard stop {self.hard_stop:.0f} s"
                  + (", rehearsal (nothing starts)" if self.rehearse else "")
                  + (", CPU stand-ins" if self.standin else ""))
