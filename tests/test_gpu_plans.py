@@ -265,3 +265,25 @@ def test_a_hard_stop_stops_every_server_and_keeps_what_finished(tmp_path):
     assert not any(s["step"].startswith("start c") for s in status["steps"])  # nothing new after the stop
     groups = pgids(tmp_path / "work" / "results" / "cpu")
     assert len(groups) == 2 and not any(server.pgid_alive(g) for g in groups), text[-3000:]
+
+
+def test_copy_phases_and_a_fresh_results_folder_each_run(tmp_path):
+    """A real run without servers: `copy` takes whole files, a file's first lines, JSONL rows that
+    match; a second run on the same work folder starts from an empty results folder."""
+    doc = {"name": "c", "about": "copies", "made": [], "run": "-", "phases": [{"copy": {
+        "whole.json": "{repo}/docs/data/h200-2026-12-01/adaptive-p08.json",
+        "two.jsonl": {"from": "{repo}/examples/prompts-trees.jsonl", "lines": 2},
+        "hard.jsonl": {"from": "{repo}/examples/prompts-trees.jsonl", "match": {"category": "hard"}}}}]}
+    path, work, out = write(tmp_path, doc), tmp_path / "work", tmp_path / "out"
+    stale = work / "results" / "c" / "stale.json"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("{}")
+    assert run_plan.main([str(path), "--out", str(out), "--work", str(work)]) == 0
+    res = work / "results" / "c"
+    assert not stale.exists()
+    assert (res / "whole.json").read_bytes() == (REPO / "docs/data/h200-2026-12-01/adaptive-p08.json").read_bytes()
+    assert len((res / "two.jsonl").read_text().splitlines()) == 2
+    hard = [json.loads(x) for x in (res / "hard.jsonl").read_text().splitlines()]
+    assert hard and {r["category"] for r in hard} == {"hard"}
+    with tarfile.open(out / "c.tar.gz") as tf:
+        assert {"c/whole.json", "c/two.jsonl", "c/hard.jsonl", "c/status.json"} <= set(tf.getnames())
