@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Build the one-file site bundle the lent H200 lacks: SGLang 0.5.16 for Python 3.12 + our package.
+"""Build the one-file site bundle a bare GPU image lacks: SGLang 0.5.16 for Python 3.12 + our package.
 
-The H200 image has Python 3.12, torch 2.11 (cu130), triton, transformers 5.17, tokenizers, numpy,
-uvloop, rich, pyyaml ... but no SGLang and no registry. This script downloads (pip, cp312
+The GPU image (H100 and H200 alike) has Python 3.12, torch 2.11 (cu130), triton, transformers
+5.17, tokenizers, numpy, uvloop, rich, pyyaml ... but no SGLang and no registry. This script downloads (pip, cp312
 manylinux wheels, no dependency resolution) exactly the packages listed in PACKAGES, installs them
-into a site folder, strips what a single-H200 EAGLE-3 run never loads, adds this repository's
+into a site folder, strips what a single-GPU EAGLE-3 run never loads, adds this repository's
 package (built as a wheel, so the SGLang plugin entry point is registered), and packs the folder
-as ``.gpu/site.tar.xz`` (fits one 64 MiB carry). ``tools/gpu/env.sh`` unpacks it on the H200.
+as ``.gpu/site.tar.xz`` (fits one 64 MiB carry). ``tools/gpu/run.sh`` unpacks it on
+the GPU machine (tools/gpu/README.md).
 
 Facts behind the list, pins and stripping: ../shared/reference/gpu-h200-sglang.md (measured
 2026-11-29): transformers 5.17 breaks ``import sglang`` 0.5.16, so carry SGLang's own pin 5.12.1
