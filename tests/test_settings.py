@@ -153,4 +153,5 @@ def test_probe_parsers_share_the_declarations(capsys):
     assert metrics.settings({"EAGLE3_PROFILE_METRICS": "1"})["on"] is False  # needs the probes too
     assert hookplan.switches({"EAGLE3_PROFILE": "off", "SGLANG_EAGLE3_NCCL": " nvls ",
                             "SGLANG_EAGLE3_AUX_LAYERS": ""}) == {"profile": False, "nccl": "nvls",
-                                                                 "aux_layers": None, "step_control": None}
+                                                                 "aux_layers": None, "step_control": None,
+                                                                 "trees": False}
