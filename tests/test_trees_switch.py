@@ -331,3 +331,17 @@ def test_real_plugin_builds_trees_beside_the_chains_and_holds_them():
     assert res["tree_build"] == [4, [1, 2, 4]]  # built with topk 4, graphs only inside 1-4
     assert set(res["candidates"]) == {"3", "5", "3x4x8"}
     assert res["ran"] == {"4": ["3", "3x4x8", "5"], "8": ["3", "5"]}
+
+
+def test_an_exported_tree_list_is_refused_by_server_start(tmp_path):
+    """A stray SGLANG_EAGLE3_TREES would build trees in every server of the shell: refused before
+    anything spawns (serve/stepenv.py), like the step-control variables."""
+    from sglang_eagle3_ext.runtime.errors import UserError
+    from sglang_eagle3_ext.serve import server
+    from sglang_eagle3_ext.serve.launch_config import LaunchConfig
+
+    cfg = LaunchConfig(model=str(tmp_path), no_spec=True, log=str(tmp_path / "s.log"), port=39871)
+    with pytest.raises(UserError, match="SGLANG_EAGLE3_TREES set in this shell") as ei:
+        server.Server(cfg, environ={"SGLANG_EAGLE3_TREES": "3x4x8@1-4"}).start(wait=False)
+    assert ei.value.exit_code == 2 and "--trees" in str(ei.value)
+    assert not (tmp_path / "s.log").exists()

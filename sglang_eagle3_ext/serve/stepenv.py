@@ -5,7 +5,7 @@ later server of that shell with no word. Our commands set each of them themselve
 server that needs it, through the server's own environment (the env additions of
 ``flags.build_command``). Per variable:
 
-* step control (``SGLANG_EAGLE3_HOLD`` / ``_HOLD_STEPS`` / ``_POLICY``) and the aux-layer override
+* step control (``SGLANG_EAGLE3_HOLD`` / ``_HOLD_STEPS`` / ``_POLICY`` / ``_TREES``) and the aux-layer override
   (``SGLANG_EAGLE3_AUX_LAYERS``): ``launch``, ``scan``, ``sweep`` and ``demo`` refuse to start
   (exit 2, before anything runs) while one is exported and the launch does not set it, saying
   what it would do and how to unset it; ``Server.start`` refuses the same for any other caller.
@@ -37,16 +37,19 @@ from ..runtime.settings import (
     PROFILE,
     PROFILE_ROUTE,
     PROFILE_SPEC,
+    TREES,
 )
 
 WHAT = {HOLD.name: "hold every candidate step count in turn for blocks of {v} decode cycles (the scan's "
                    "schedule) instead of SGLang's own rule",
         HOLD_STEPS.name: "rotate the hold schedule over steps {v}",
-        POLICY.name: "choose step counts by the throughput policy of {v} in place of SGLang's own rule"}
+        POLICY.name: "choose step counts by the throughput policy of {v} in place of SGLang's own rule",
+        TREES.name: "build and hold the trees {v} beside the adaptive chains"}
 REFUSED = {**WHAT, AUX_LAYERS.name: "feed the EAGLE-3 draft the hidden states of layers {v} instead of the "
                                     "ones its config names"}
 _FIX = {POLICY.name: "launch --policy FILE sets it for its own server",
         HOLD.name: "scan sets it for its own server", HOLD_STEPS.name: "scan sets it for its own server",
+        TREES.name: "launch --trees / scan --trees set it for their own server",
         AUX_LAYERS.name: "give --aux-layers, or aux_layers: in the preset, for the server that needs it"}
 # set (or left out) by the launch from its own flags: an exported value never reaches a server
 LAUNCH_OWN = (NCCL.name, PROFILE.name, PROFILE_SPEC.name, PROFILE_ROUTE.name)
