@@ -103,3 +103,109 @@ def test_cli_entry_point_exit_codes(tmp_path):
     assert bad.returncode == 1 and "embedding output (emb" in bad.stdout
     missing = run("--target", str(tmp_path / "nope"), "--draft", str(DATA / "draft_3_31_59"))
     assert missing.returncode == 2 and "no such file" in missing.stderr and "Traceback" not in missing.stderr
+
+
+FAMILIES_SCRIPT = r'''
+import importlib, json, sys, time
+from pathlib import Path
+from types import SimpleNamespace
+t0 = time.time()
+import torch
+from sglang_eagle3_ext.runtime import layers as L
+from sglang_eagle3_ext.runtime.sglang_env import locate
+from sglang_eagle3_ext.serve import capture_rules, layer_check
+env = locate(None)
+idx = capture_rules._index((Path(env.package_dir) / "srt" / "models").resolve())
+table = capture_rules.pinned()[env.version]
+
+class Inner:
+    def __init__(self, n):
+        self.layers_to_capture = None
+        self.layers = [torch.nn.Identity() for _ in range(n)]
+    def set_eagle3_layers_to_capture(self, l):
+        self.layers_to_capture = list(l)
+
+def bare(cls, n):
+    m = cls.__new__(cls)
+    torch.nn.Module.__init__(m)
+    m.pp_group = SimpleNamespace(is_last_rank=True)
+    m.config = SimpleNamespace(num_hidden_layers=n, text_config=SimpleNamespace(num_hidden_layers=n))
+    m.model = Inner(n)
+    m.language_model = Inner(n)
+    return m
+
+def captured(o):
+    for a in ("language_model", "model"):
+        x = getattr(o, a, None)
+        if isinstance(x, Inner):
+            if x.layers_to_capture is not None:
+                return x.layers_to_capture
+        elif x is not None:
+            got = captured(x)
+            if got is not None:
+                return got
+    return None
+
+out = {"compared": [], "skipped": {}, "mismatch": []}
+from sglang.srt.runtime_context import get_parallel
+try:
+    get_parallel().override_permanently(pp_group=SimpleNamespace(is_last_rank=True))
+    out["pp"] = "override"
+except Exception as exc:
+    out["pp"] = repr(exc)[:200]
+n = 48
+for arch, cap in sorted(table.targets.items()):
+    if cap.rule not in capture_rules.RULES:
+        continue
+    f = idx.entry[arch]
+    try:
+        mod = importlib.import_module("sglang.srt.models." + f[:-3])
+        cls = getattr(mod, arch)
+    except Exception as exc:  # CPU box: some model files need GPU-only packages
+        out["skipped"][arch] = f"{type(exc).__name__}: {str(exc)[:80]}"
+        continue
+    fam = layer_check.resolve_family(arch, env.version)[0]
+    for ids in (None, [2, 24, 45], [1, 23, 44], [3, 46, 48]):
+        obj = bare(cls, n)
+        if cap.via:
+            attr, name = cap.via.split(";")[0].split(" -> ")
+            dc = capture_rules._resolve(idx, name.strip(), f)
+            dmod = importlib.import_module("sglang.srt.models." + dc.file[:-3])
+            setattr(obj, attr.strip(), bare(getattr(dmod, dc.name), n))
+        obj.set_eagle3_layers_to_capture(None if ids is None else list(ids))
+        real = captured(obj)
+        ours = L.config_to_loop(fam, env.version, ids, n)
+        if real != ours:
+            out["mismatch"].append([arch, ids, real, ours])
+    out["compared"].append(arch)
+# served classes the table says have no capture: none of those already imported has the method
+none_checked = []
+for arch in sorted(table.served - set(table.targets) - set(table.drafts)):
+    f = idx.entry.get(arch)
+    mod = sys.modules.get("sglang.srt.models." + f[:-3]) if f else None
+    cls = getattr(mod, arch, None) if mod else None
+    if cls is not None:
+        none_checked.append([arch, hasattr(cls, capture_rules.METHOD)])
+out["none_checked"] = none_checked
+out["seconds"] = round(time.time() - t0, 1)
+print("RESULT " + json.dumps(out))
+'''
+
+
+@requires_sglang
+def test_every_eagle3_class_of_installed_release_matches_the_table():
+    """Every target class the installed SGLang (0.5.23) serves with EAGLE-3, imported for real
+    (Python's own MRO and the wrapper's real delegate class): its set_eagle3_layers_to_capture,
+    run on a bare instance (building the model needs a GPU and weights), stores exactly what
+    `layers check` computes; served classes the table calls 'none' lack the method."""
+    proc = subprocess.run([sys.executable, "-c", FAMILIES_SCRIPT], env=subprocess_env(),
+                          capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT "):])
+    assert res["mismatch"] == [], res["mismatch"]
+    assert len(res["compared"]) >= 60 and not res["skipped"], res["skipped"]
+    for name in ("Qwen3NextForCausalLM", "Llama4ForConditionalGeneration", "MiniMaxM2ForCausalLM",
+                 "Qwen2_5_VLForConditionalGeneration", "Qwen3VLForConditionalGeneration",
+                 "KimiK25ForConditionalGeneration", "GptOssForCausalLM", "Glm4MoeLiteForCausalLM"):
+        assert name in res["compared"]
+    assert res["none_checked"] and not any(has for _, has in res["none_checked"]), res["none_checked"]
