@@ -76,11 +76,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 # Every option `launch --help` had before the options were generated from the fields, plus those
-# added since (--policy-within).
+# added since (--policy-within, --trained-on).
 OLD_OPTIONS = {
     "--model", "--draft", "--algorithm", "--steps", "--topk", "--draft-tokens", "--adaptive", "--policy",
     "--policy-within", "--trees", "--no-spec",
-    "--tp", "--aux-layers", "--nccl", "--profile", "--profile-every", "--profile-mode", "--profile-out",
+    "--tp", "--aux-layers", "--trained-on", "--nccl", "--profile", "--profile-every", "--profile-mode", "--profile-out",
     "--host", "--port", "--log", "--timeout", "--detach", "--pid-file", "--nnodes", "--dist-init-addr",
     "--dry-run", "--no-sglang-check", "--python", "--server-module",
 }

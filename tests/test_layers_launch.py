@@ -69,3 +69,17 @@ def test_no_capture_line_for_plain_decoding(tmp_path, capsys):
     rc = cli.main(["launch", "--model", str(t), "--no-spec", "--dry-run", "--no-sglang-check"])
     cap = capsys.readouterr()
     assert rc == 0 and "EAGLE-3 capture" not in cap.err, cap.err
+
+
+def test_launch_trained_on_refuses_a_contradicting_capture(tmp_path, capsys):
+    """launch --trained-on: a capture that differs stops the launch (exit 2, one line) before
+    anything starts; the matching one prints the line; bad syntax is exit 2 too."""
+    t, d = _models(tmp_path, [3, 17, 30])
+    rc, out, err = _dry(t, d, capsys, "--trained-on", "2,16,29")
+    assert rc == 2 and out == "" and err.count("\n") == 1, err
+    assert err.startswith("error: --trained-on 2,16,29: SGLang 0.5.23 captures outputs of layers 3, 17, 30")
+    assert "[2, 16, 29]" in err  # the fix
+    rc, out, err = _dry(t, d, capsys, "--trained-on", "3,17,30")
+    assert rc == 0 and "trained on 3,17,30 (--trained-on)" in err and "warning" not in err
+    rc, out, err = _dry(t, d, capsys, "--trained-on", "2,,16")
+    assert rc == 2 and "empty item" in err

@@ -186,7 +186,8 @@ def run(args: argparse.Namespace) -> int:
     if not cfg.no_spec and flags.normalise_algorithm(cfg.algorithm) == "EAGLE3":
         from ..serve.capture_line import capture_notes  # which target layers feed the draft
 
-        for line in capture_notes(cfg.model, cfg.draft, env.version, cfg.aux_layers, str(env.package_dir)):
+        for line in capture_notes(cfg.model, cfg.draft, env.version, cfg.aux_layers, str(env.package_dir),
+                                  trained_on=cfg.trained_on):
             err.print(line, highlight=False, markup=False)
     from ..serve.trees_launch import summary as trees_summary
 

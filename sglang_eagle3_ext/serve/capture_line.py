@@ -36,17 +36,21 @@ def _ours(loops: list[int], n: int) -> str:
 
 
 def capture_notes(model: Any, draft: Any, version: str, aux_layers: str | None,
-                  package_dir: str | None = None) -> list[str]:
-    """The capture line (and warnings) for an EAGLE-3 launch; [] when a config is not local."""
+                  package_dir: str | None = None, trained_on: str | None = None) -> list[str]:
+    """The capture line (and warnings) for an EAGLE-3 launch; [] when a config is not local.
+
+    ``trained_on`` (launch --trained-on): a capture that differs is refused (UserError, exit 2)
+    before anything starts; a recorded one (tiny.json) only warns, as the record may be stale."""
     from .capture_rules import pinned
     from .layer_check import check
 
     if version in pinned():
         package_dir = None  # the generated table of that release: no source reading at launch
+    given = parse_layers(trained_on) if trained_on else None  # bad syntax: exit 2 even for hub ids
     target_cfg, draft_cfg = _local_config(model), _local_config(draft)
     if target_cfg is None or draft_cfg is None:
         return []
-    trained, where = recorded_training(draft)
+    trained, where = (given, "--trained-on") if given is not None else recorded_training(draft)
     try:
         aux = parse_layers(aux_layers) if aux_layers else None
         rep = check(target_cfg, draft_cfg, version, trained, aux, package_dir=package_dir)
@@ -68,7 +72,11 @@ def capture_notes(model: Any, draft: Any, version: str, aux_layers: str | None,
         line += f"; decode CUDA graphs capture {_ours(rep.decode_loop, n)} (the defaults)"
     out = [line]
     if trained is not None:
-        out[0] += f"; trained on {format_layers(trained)} (recorded in {where})"
+        out[0] += f"; trained on {format_layers(trained)} " + (
+            "(--trained-on)" if trained_on else f"(recorded in {where})")
+        wrong = [p for p in rep.problems if "but the draft was trained on" in p.what]
+        if trained_on and wrong:
+            raise UserError(f"--trained-on {trained_on}: {wrong[0].what}; fix: {wrong[0].fix}", exit_code=2)
     if rep.ambiguity:
         out.append("warning: " + rep.ambiguity)
     for p in rep.problems:

@@ -97,6 +97,10 @@ class LaunchConfig:
         cli="--aux-layers", group=GROUP_SPEC, metavar="LAYERS",
         help="target layers feeding the EAGLE-3 draft: outputs of decoder layers, 0-based "
              "(e.g. 2,30,58; 'emb' = embedding) -> SGLANG_EAGLE3_AUX_LAYERS")
+    trained_on: str | None = _opt(  # checked against the capture before start (serve/capture_line.py)
+        cli="--trained-on", group=GROUP_SPEC, metavar="LAYERS",
+        help="layers the draft was trained on, our convention (e.g. 2,30,58): launch refuses "
+             "when the target would capture others")
     host: str = _opt(DEFAULT_HOST, cli="--host", help=f"HTTP host (default {DEFAULT_HOST})")
     port: int = _opt(DEFAULT_PORT, cli="--port", help=f"HTTP port (default {DEFAULT_PORT})")
     log: str | None = _opt(cli="--log", metavar="FILE", expand=True,
@@ -261,7 +265,7 @@ def config_from_mapping(data: dict[str, Any], origin: str = "preset") -> LaunchC
             raise UserError(f"{origin}: unknown key {raw_key!r}; known keys: {', '.join(sorted(FIELDS))}", 2)
         if value is None:
             continue
-        if key == "aux_layers" and isinstance(value, list):
+        if key in ("aux_layers", "trained_on") and isinstance(value, list):
             value = ",".join(str(v) for v in value)
         if key in _INT_KEYS:
             if isinstance(value, bool) or not isinstance(value, int):
