@@ -105,7 +105,7 @@ def decider(cfg: LaunchConfig) -> str | None:
 def apply_trees(cfg: LaunchConfig, env: SGLangEnv, extra: dict[str, str | bool]) -> list[str]:
     """Check ``cfg.trees`` (after the adaptive start values are set) and write the environment
     variable; notes to print. Nothing for a config without trees."""
-    if not cfg.trees:
+    if cfg.trees is None:
         if TREES.is_set(cfg.env):
             raise _fail(f"{TREES.name} in the preset's env: give the trees with --trees (or `trees:` in the "
                         "preset) so they are checked")
@@ -173,7 +173,7 @@ def summary(cfg: LaunchConfig, extra_args: list[str] | None = None) -> list[str]
     over the held states (the largest chain, which the server starts at, and the trees)."""
     from .flags import extra_flags
 
-    if not cfg.trees:
+    if cfg.trees is None:
         return []
     specs = parse(cfg.trees)
     extra = extra_flags(list(cfg.extra_args if extra_args is None else extra_args))
