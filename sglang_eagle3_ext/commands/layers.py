@@ -76,17 +76,18 @@ def _fmt(rep: layer_check.CheckReport, loops: list[int]) -> str:
 
 def render(rep: layer_check.CheckReport) -> None:
     fam = rep.family + (" -> deepseek_v2 rules via language_model" if rep.family == "kimi_k25" else "")
-    out.print(f"SGLang {rep.version}; target {rep.target_arch}, family {fam}, {rep.num_layers} decoder layers",
+    fam = f"family {fam}" if rep.fam is not None else "no EAGLE-3 capture rule"
+    out.print(f"SGLang {rep.version}; target {rep.target_arch}, {fam}, {rep.num_layers} decoder layers",
               highlight=False, markup=False)
     out.print(f"draft  {rep.draft_arch or '(no architectures)'}: "
               f"eagle_config.eagle_aux_hidden_state_layer_ids = {rep.nested_ids}"
               + (f", top-level = {rep.top_level_ids}" if rep.top_level_ids is not None else ""),
               highlight=False, markup=False)
-    out.print(f"rule   {rep.rule}" + (f"  [{rep.source}]" if rep.source else ""),
-              highlight=False, markup=False)
-    if rep.fam is None:  # no family: the one problem below says why
+    if rep.fam is None:  # no family: the first problem says why
         _problems(rep)
         return
+    out.print(f"rule   {rep.rule}" + (f"  [{rep.source}]" if rep.source else ""),
+              highlight=False, markup=False)
     out.print("captures (output of decoder layer k, emb = embedding output):", highlight=False)
     if rep.prefill_loop == rep.decode_loop:
         out.print(f"  prefill + decode: {_fmt(rep, rep.prefill_loop)}", highlight=False)
