@@ -259,12 +259,14 @@ def interrupted(exc: KeyboardInterrupt) -> int:
     return 128 + sig
 
 
-def say_stopped(args: argparse.Namespace, doc: dict[str, Any], kept: str) -> int:
-    """A run stopped early with something finished: what was kept, where, and why it stopped."""
+def say_stopped(args: argparse.Namespace, doc: dict[str, Any], kept: str, written: bool = True) -> int:
+    """A run stopped early with something finished: what was kept, where, and why it stopped
+    (said even when --out could not be written: the result is on stdout then)."""
     from ..measure import stopping
 
     st = doc["stopped"]
-    where = f"; written to {args.out}" if args.out else ""
+    where = f"; written to {args.out}" if args.out and written else (
+        "; printed above, --out not written" if args.out else "")
     err.print(f"bench stopped: {clean(st['reason'])}; kept {kept}{where}", highlight=False, markup=False)
     return stopping.exit_code(st)
 
@@ -292,21 +294,25 @@ def run_closed(args: argparse.Namespace) -> int:
         result = run_with_progress(opts, levels)
     except KeyboardInterrupt as exc:
         return interrupted(exc)
-    if not emit(args, result, render_ladder if ladder else render):
+    written = emit(args, result, render_ladder if ladder else render)
+    if result.get("stopped"):
+        kept = ("concurrency " + ", ".join(str(lv["concurrency"]) for lv in result["levels"]) if ladder
+                else f"{len(result['runs'])} of {args.runs} runs")
+        if ladder and args.plot and written:
+            from ..measure.plot import plot_ladders
+
+            draw(lambda: plot_ladders([result], args.plot))
+        return say_stopped(args, result, kept, written)
+    if not written:
         return 1
     if ladder:
         if args.plot:
             from ..measure.plot import plot_ladders
 
             draw(lambda: plot_ladders([result], args.plot))
-        if result.get("stopped"):
-            return say_stopped(args, result, "concurrency " + ", ".join(
-                str(lv["concurrency"]) for lv in result["levels"]))
         ok = all(lv["summary"]["ok_runs"] == args.runs and not lv["summary"]["failed_requests"]
                  for lv in result["levels"])
         return 0 if ok else 1
-    if result.get("stopped"):
-        return say_stopped(args, result, f"{len(result['runs'])} of {args.runs} runs")
     s = result["summary"]
     return 0 if s["ok_runs"] == args.runs and not s["failed_requests"] else 1
 
@@ -455,14 +461,15 @@ def run_open(args: argparse.Namespace) -> int:
         doc = run_open_with_progress(opts)
     except KeyboardInterrupt as exc:
         return interrupted(exc)
-    if not emit(args, doc, render_open):
-        return 1
-    if args.plot:
+    written = emit(args, doc, render_open)
+    if args.plot and written:
         from ..measure.plot import plot_serving
 
         draw(lambda: plot_serving([doc], args.plot))
     if doc.get("stopped"):
         return say_stopped(args, doc, "rate " + ", ".join(f"{rate_label(e['request_rate'])}/s"
-                                                           for e in doc["rates"]))
+                                                           for e in doc["rates"]), written)
+    if not written:
+        return 1
     ran = len(doc["rates"]) == len(opts.rates)
     return 0 if ran and not any(e["summary"]["failed"] for e in doc["rates"]) else 1
