@@ -403,3 +403,14 @@ def test_a_stopped_document_reads_back_in_compare(tmp_path, capsys):
     assert json.loads(out.read_text())["stopped"]
     rc, text, _ = _cli(capsys, "compare", str(out))
     assert rc == 0 and "inf" in text
+
+
+def test_out_onto_the_prompts_file_or_plot_onto_out_is_refused(tmp_path, capsys):
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("hello\n")
+    rc, _, err = _cli(capsys, "bench", "--url", "http://127.0.0.1:9", "--prompts", str(prompts), "--out",
+                      str(tmp_path / "." / "p.txt"))
+    assert rc == 2 and "the --prompts file" in err and prompts.read_text() == "hello\n"
+    rc, _, err = _cli(capsys, "bench", "--url", "http://127.0.0.1:9", "--request-rate", "5", "--out",
+                      str(tmp_path / "r.png"), "--plot", str(tmp_path / "r.png"))
+    assert rc == 2 and "the same file as --out" in err

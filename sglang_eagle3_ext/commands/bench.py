@@ -113,9 +113,10 @@ def check_plot(args: argparse.Namespace, drawn: bool) -> None:
     elif suffix not in PLOT_FORMATS:
         raise UserError(f"--plot {args.plot}: give a .png file name (the plot is a PNG image, "
                         f"not {suffix})", exit_code=2)
-    if args.out and Path(args.out).expanduser().resolve() == Path(args.plot).expanduser().resolve():
+    if args.out and _same_file(args.out, args.plot):
         raise UserError(f"--plot {args.plot}: the same file as --out", exit_code=2)
     check_destination(args.plot, "--plot")
+    args.plot = str(Path(args.plot).expanduser())  # what was checked is what is written
     from ..measure.plot_base import missing_reason
 
     why = missing_reason()
@@ -275,6 +276,9 @@ def run(args: argparse.Namespace) -> int:
     from ..measure.stopping import signals_as_interrupts
 
     check_out(args.out)
+    if args.out and args.prompts and _same_file(args.out, args.prompts):
+        raise UserError(f"--out {args.out}: the --prompts file; the result would overwrite it: give another "
+                        "name", exit_code=2)
     with signals_as_interrupts():
         try:
             if args.request_rate is not None:
@@ -282,6 +286,12 @@ def run(args: argparse.Namespace) -> int:
             return run_closed(args)
         except KeyboardInterrupt as exc:  # before the run (a big prompt file being read): 128 + signal
             return interrupted(exc)
+
+
+def _same_file(a: str, b: str) -> bool:
+    from pathlib import Path
+
+    return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
 
 
 def run_closed(args: argparse.Namespace) -> int:
