@@ -124,7 +124,9 @@ def request_body(opts: BenchOptions, prompt: Prompt, model: str) -> dict[str, An
 
 
 def _stream_all(ep: Endpoint, bodies: list[dict[str, Any]], recs: list[RequestRecord]) -> None:
-    """All requests at once, one daemon thread each; Ctrl-C cuts every stream and re-raises.
+    """All requests at once, one daemon thread each; Ctrl-C cuts every stream and re-raises. At a
+    thread or task limit a request whose thread cannot start fails with that reason (its run does
+    not count; one sent later would not be one of N in flight).
 
     Daemon threads (not a ThreadPoolExecutor, whose workers are joined at exit) so a server that
     never answers cannot hold the process after an interrupt.
