@@ -372,3 +372,17 @@ def test_newer_release_class_gets_its_codes_answer(tmp_path):
                             "0.6.0", package_dir=str(tmp_path / "sglang"))
     assert not odd.ok and odd.problems[0].what.startswith("no verdict for OddForCausalLM in SGLang 0.6.0: ")
     assert "\n" not in odd.problems[0].what
+
+
+def test_every_method_of_every_release_has_a_family_config():
+    """Each set_eagle3_layers_to_capture any pinned release serves (the file:class that decides) is
+    exercised by at least one config under families/, so a new family cannot go untested."""
+    covered = set()
+    for t in capture_rules.pinned().values():
+        for cfg in CONFIGS.values():
+            cap = t.get(cfg["architectures"][0])
+            if cap is not None and cap.where:
+                covered.add(cap.where.rsplit(":", 1)[0])
+    needed = {c.where.rsplit(":", 1)[0] for t in capture_rules.pinned().values()
+              for c in t.targets.values() if c.rule in capture_rules.RULES}
+    assert needed - covered == set()
