@@ -21,7 +21,8 @@ def parse_key(key: str) -> tuple[int, int, int, int, bool | None]:
         s, k, d, b, g = key.split(".")
         return int(s[1:]), int(k[1:]), int(d[1:]), int(b[1:]), {"g": True, "e": False}.get(g)
     except ValueError:
-        raise UserError(f"probe record key {key!r}: expected s<steps>.k<topk>.d<draft>.b<bs>.<g|e|u>") from None
+        raise UserError(f"probe record key {key!r}: expected s<steps>.k<topk>.d<draft>.b<bs>.<g|e|u>",
+                        exit_code=2) from None
 
 
 class RecordTail:
