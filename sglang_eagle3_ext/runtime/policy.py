@@ -124,6 +124,7 @@ class ScanTable:
     graph_bs: list[int] | None
     source: str = ""
     points: dict[int, list[tuple[int, float]]] = field(default_factory=dict)  # steps -> [(padded bs, ms)]
+    trees: Any = None  # the trees' own table (policy_trees.tree_table: keyed by label), None: chains only
 
     def __post_init__(self) -> None:
         self.regraph(self.graph_bs)
@@ -140,6 +141,8 @@ class ScanTable:
         self.points = {}
         for (steps, padded), (s, w) in sorted(merged.items()):
             self.points.setdefault(steps, []).append((padded, s / w))
+        if self.trees is not None:
+            self.trees.regraph(graph_bs)
 
     @property
     def candidates(self) -> list[int]:
@@ -191,6 +194,8 @@ def table_from_doc(doc: Any, graph_bs: Sequence[int] | None = None, source: str 
     cells = doc.get("cells")
     if not isinstance(cells, list) or not cells:
         raise ValueError(f"{where}: no cells (the scan measured nothing)")
+    from .policy_trees import is_tree_cell, tree_table  # trees' cells: their own table
+
     raw: list[tuple[int, int, float, float, bool]] = []
     main: list[bool] = []                               # per raw cell: its level's own batch size
     pos: dict[int, list[float]] = {}                    # position -> [rate x weight, weight]
@@ -204,6 +209,8 @@ def table_from_doc(doc: Any, graph_bs: Sequence[int] | None = None, source: str 
             raise ValueError(f"{cw}: steps {steps!r} is not a step count 0..{MAX_STEPS}")
         if isinstance(bs, bool) or not isinstance(bs, int) or not 1 <= bs <= MAX_BATCH:
             raise ValueError(f"{cw}: bs {bs!r} is not a batch size 1..{MAX_BATCH}")
+        if is_tree_cell(c):
+            continue  # a tree's cell (scan --trees): its own table, never merged into the chain of its steps
         if c.get("cycle_ms") is None:
             continue  # a cell the scan could not measure (interrupted): no cost, skipped
         ms = _num(c.get("cycle_ms"), "cycle_ms", cw, positive=True)
@@ -253,8 +260,9 @@ def table_from_doc(doc: Any, graph_bs: Sequence[int] | None = None, source: str 
             prior.append(pos[i][0] / pos[i][1])
         else:
             prior.append(prior[-1] if prior else 0.5)  # a position no cell reached: the last known
-    return ScanTable(raw, prior, {s: a / w for s, (a, w) in acc.items()},
-                     list(graph_bs) if graph_bs else default_cuda_graph_bs(), source)
+    gbs = list(graph_bs) if graph_bs else default_cuda_graph_bs()
+    return ScanTable(raw, prior, {s: a / w for s, (a, w) in acc.items()}, gbs, source,
+                     trees=tree_table(cells, gbs, where))
 
 
 MIN_CELL_CYCLES = 20  # a drain cell of fewer cycles (a batch size passed through while a level drains) is noise
@@ -521,10 +529,10 @@ class PolicyDecider:
             "decider": NAME,
             "block": None,
             "candidates": self.table.candidates,
-            "choices": {str(bs): {str(s): n for s, n in sorted(d.items())}
+            "choices": {str(bs): {str(s): n for s, n in sorted(d.items(), key=_by_key)}
                         for bs, d in sorted(rep.cycles.items())},
             "policy": {
-                "explore": {str(bs): {str(s): n for s, n in sorted(d.items())}
+                "explore": {str(bs): {str(s): n for s, n in sorted(d.items(), key=_by_key)}
                             for bs, d in sorted(rep.explore.items())},
                 "expected_per_stream_tok_s": exp,
                 "expected_def": "per-stream tok/s the policy expected of the cycles it chose: expected "
@@ -542,6 +550,12 @@ class PolicyDecider:
             sys.stderr.write(f"EAGLE3 warning: {msg}\n")
 
 
+def _by_key(kv: tuple[Any, Any]) -> tuple[bool, int, str]:
+    """Chains (int steps) first by steps, then trees by label: one order for mixed state keys."""
+    k = kv[0]
+    return (isinstance(k, str), 0 if isinstance(k, str) else int(k), str(k))
+
+
 def make_decider(info: Any, path: str | Path | None, **knobs: Any) -> PolicyDecider:
     """The decider for a live controller (``stepctl.make_decider`` calls this once, after SGLang
     built its states): the table keyed by the server's own CUDA-graph sizes. ValueError, with
@@ -553,11 +567,22 @@ def make_decider(info: Any, path: str | Path | None, **knobs: Any) -> PolicyDeci
     # the server's capture sizes; None = CUDA graphs off: every batch runs at its own size
     graph = getattr(info, "cuda_graph_bs", None)
     table.regraph(list(graph) if graph else None)
-    built = sorted(getattr(info, "built", ()) or ())
+    everything = list(getattr(info, "built", ()) or ())
+    built = sorted(s for s in everything if not isinstance(s, str))
     costed = [s for s in built if s in table.points]
     if built and not costed:
         raise ValueError(f"{path}: the scan costs steps {table.candidates}, none of the server's "
                          f"states {built}; launch with --policy so both come from the same scan")
+    held = [s for s in everything if isinstance(s, str)]
+    if held or table.trees is not None:  # trees beside the chains: policy_trees.py
+        from .policy_trees import TreeDecider
+
+        uncosted = [t for t in held if table.trees is None or t not in table.trees.points]
+        if uncosted:
+            raise ValueError(f"{path}: the scan has no cell for tree(s) {', '.join(uncosted)} the server holds; "
+                             "scan them with `sgl-eagle3 scan --trees` first")
+        elig = getattr(info, "eligible", None)
+        return TreeDecider(table, eligible=elig if callable(elig) else None, **knobs)
     return PolicyDecider(table, **knobs)
 
 

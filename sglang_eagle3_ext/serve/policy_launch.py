@@ -115,9 +115,37 @@ def apply_policy(cfg: LaunchConfig, env: SGLangEnv, extra: dict[str, str | bool]
     if dropped:
         notes.append(f"policy: step 0 left out: SGLang {env.version}'s adaptive loader wants positive steps")
     notes += _state_notes(table, cands, per_bs, within)
+    notes += _tree_notes(table, cfg)
     notes += _mismatch_notes(scan, cfg, env)
     notes += _reach_notes(scan, table.candidates)
     return notes
+
+
+def _tree_notes(table: policy.ScanTable, cfg: LaunchConfig) -> list[str]:
+    """Trees: every tree the launch holds must have the scan's costs (the policy refuses to start
+    otherwise); a scan that measured trees the launch does not hold says how to hold them."""
+    measured = sorted(table.trees.points) if table.trees is not None else []
+    if cfg.trees is None:
+        if not measured:
+            return []
+        return [f"policy: the scan measured tree(s) {', '.join(measured)} beside the chains; this launch holds "
+                f"chains only (--trees {','.join(measured)} holds them too, the policy then chooses chain or tree "
+                "per batch size)"]
+    from ..runtime import specstate
+
+    try:
+        held = [t.state.label for t in specstate.parse_trees(cfg.trees)]
+    except ValueError:
+        return []  # trees_launch.apply_trees says what is wrong with the text
+    missing = [t for t in held if t not in measured]
+    if missing:
+        raise _fail(f"--trees {', '.join(missing)}: the scan {cfg.policy} has no cell for "
+                    + ("it" if len(missing) == 1 else "them")
+                    + (f" (it measured trees {', '.join(measured)})" if measured else " (it measured chains only)")
+                    + f": the policy needs each tree's cost and acceptance; scan --trees {cfg.trees} first")
+    return [f"policy: chooses among chains {table.candidates} and trees {held} per batch size; each tree's "
+            "acceptance is counted online from its own cycles (explored 1 cycle in 32 per batch size until it has "
+            "256 verified requests, then 1 in 256; the share is in the probe records' control.policy)"]
 
 
 def _within(cfg: LaunchConfig) -> int:
