@@ -289,6 +289,9 @@ def test_swapped_target_and_draft(capsys, tmp_path):
     rc, _, err = _run(["check", "--target", str(draft), "--draft", str(target), "--sglang-version", "0.5.23"],
                       capsys)
     assert rc == 2 and err.count("\n") == 1 and "swapped" in err
+    rc, _, err = _run(["check", "--target", str(target), "--draft", str(target), "--sglang-version", "0.5.23"],
+                      capsys)
+    assert rc == 2 and err.count("\n") == 1 and "not an EAGLE-3 draft" in err
 
 
 def test_draft_side_per_release():

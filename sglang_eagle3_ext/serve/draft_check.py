@@ -20,8 +20,13 @@ def _is_target(arch: str) -> bool:
 
 
 def check_swapped(target_arch: str, draft_arch: str, target_cfg: dict, draft_cfg: dict) -> None:
-    """One line (exit 2) when the draft was given as --target (and the target as --draft)."""
+    """One line (exit 2) when the draft was given as --target (and the target as --draft), or a
+    model SGLang serves as a target (an MTP / EAGLE-1 head included) was given as --draft."""
     if not _is_draft(target_arch):
+        if draft_arch and not _is_draft(draft_arch) and _is_target(draft_arch):
+            raise UserError(f"--draft is {draft_arch}, a model SGLang serves as a target, not an "
+                            "EAGLE-3 draft (its class names end in Eagle3); give the EAGLE-3 draft "
+                            "folder", exit_code=2)
         return
     if draft_arch and not _is_draft(draft_arch):
         raise UserError(f"--target is an EAGLE-3 draft ({target_arch}) and --draft is a target model "
