@@ -243,6 +243,11 @@ def test_kimi_case_both_readings_named(capsys):
     rc, out, _ = _run(["check", "--target", str(KIMI), "--draft", str(draft), "--sglang-version", "0.5.23",
                        "--trained-on", "1,29,57"], capsys)
     assert rc == 0 and "warning" not in out
+    rc, out, _ = _run(["check", "--target", str(KIMI), "--draft", str(draft), "--sglang-version", "0.5.23",
+                       "--json"], capsys)
+    rep = json.loads(out)
+    assert rc == 0 and rep["ok"] and "SGLang <= 0.5.12.post1" in rep["ambiguity"]
+    assert rep["rule_source"].startswith("deepseek_v2.py:DeepseekV2ForCausalLM:")
 
 
 # ---------------------------------------------------------------------------------------------
