@@ -121,3 +121,17 @@ def test_profile_and_compare_say_what_their_speeds_are_made_of(capsys, monkeypat
     assert "profile's eff tok/s is the server's own cycle timing instead" in out
     rc, out, _ = _run(capsys, "compare", "--metric", "e2e_tok_s", cfgs / "no-spec-no-nccl" / "bench.json")
     assert rc == 0 and "(TTFT included)" in out
+
+
+def test_compare_names_a_probe_file(tmp_path, capsys):
+    """`compare prof.jsonl` said "not JSON (Extra data: line 2 column 1)"; a one-record file passed
+    that and got "neither a bench result nor a sweep result". Both now say it is a probe file."""
+    probes = REPO / "tests" / "data" / "profile" / "synthetic_k5.jsonl"
+    one = tmp_path / "one.jsonl"
+    one.write_text(probes.read_text().splitlines()[0] + "\n")
+    for f in (probes, one):
+        rc, out, err = _run(capsys, "compare", f)
+        assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+        assert "this is a probe file" in err and f"sgl-eagle3 profile {f}" in err and "not JSON" not in err
+    rc, _, err = _run(capsys, "compare", LAYERS / "kimi_k25_target" / "config.json")
+    assert rc == 2 and "this is a model's config.json; compare reads bench results" in err, err

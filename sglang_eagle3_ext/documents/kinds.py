@@ -3,6 +3,7 @@ is handed a file of another kind ("this is a bench result"), instead of a parse 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ..runtime.safeparse import json_loads
@@ -47,8 +48,6 @@ def of(data: Any) -> tuple[str, str] | None:
 
 def not_probes(path: str, kind: tuple[str, str]) -> str:
     """The line for a probe-file reader (profile, calibrate) handed a document of another kind."""
-    from pathlib import Path
-
     short, what = kind
     folder = Path(path).parent
     tip = {"bench": f"; to set it beside the probes: profile prof.jsonl --bench {path}",
@@ -57,3 +56,27 @@ def not_probes(path: str, kind: tuple[str, str]) -> str:
            "scan": f"; its probe file is {folder / 'prof.jsonl'}"}.get(short, "")
     return (f"{path}: this is {what}; profile reads probe files (prof.jsonl, written by a server started "
             f"with --profile) or a server log with EAGLE3_PROF blocks{tip}")
+
+
+PROBES = ("probes", "a probe file (the probes' JSONL, which `sgl-eagle3 profile` reads)")
+
+
+def is_probe_record(data: Any) -> bool:
+    return isinstance(data, dict) and str(data.get("schema", "")).startswith("eagle3_prof/")
+
+
+def starts_with_probe_record(path: Path) -> bool:
+    """Whether the first line of a regular file is one probe record (a JSONL probe file)."""
+    try:
+        with path.open("rb") as f:
+            line = f.readline(1 << 20)
+        return is_probe_record(json_loads(line))
+    except (OSError, ValueError):
+        return False
+
+
+def not_bench(path: str, kind: tuple[str, str]) -> str:
+    """The line for a bench-result reader (compare) handed a document of another kind."""
+    tip = f"; profile it: sgl-eagle3 profile {path}" if kind[0] == "probes" else ""
+    return (f"{path}: this is {kind[1]}; compare reads bench results (`sgl-eagle3 bench --out`), "
+            f"ladders, a sweep's results.json or a scan's scan.json{tip}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..documents import kinds
 from ..documents.bench_doc import LADDER_SCHEMA, check_result
 from ..documents.bench_doc import LIMIT as BENCH_LIMIT
 from ..documents.bench_doc import SCHEMA as BENCH_SCHEMA
@@ -36,7 +37,12 @@ def _read(path: str | Path) -> Any:
     if p.is_dir():
         raise UserError(f"{p}: is a folder; give bench result files (or a sweep's results.json)",
                         exit_code=2)
-    return read_json(p, what="a bench, ladder, sweep or scan document", limit=BENCH_LIMIT)
+    try:
+        return read_json(p, what="a bench, ladder, sweep or scan document", limit=BENCH_LIMIT)
+    except UserError:
+        if kinds.starts_with_probe_record(p):  # JSONL: "not JSON" would not say what it is
+            raise UserError(kinds.not_bench(str(p), kinds.PROBES), exit_code=2) from None
+        raise
 
 
 def load(paths: list[str]) -> list[dict[str, Any]]:
@@ -60,6 +66,9 @@ def load(paths: list[str]) -> list[dict[str, Any]]:
                     doc["baseline"] = bool(c.get("baseline"))
                     docs.append(doc)
         else:
+            other = kinds.of(data) or (kinds.PROBES if kinds.is_probe_record(data) else None)
+            if other is not None:
+                raise UserError(kinds.not_bench(str(p), other), exit_code=2)
             raise UserError(f"{p}: neither a bench result ({BENCH_SCHEMA}) nor a sweep result "
                             f"({SWEEP_SCHEMA})", exit_code=2)
     if not docs:
