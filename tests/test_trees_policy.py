@@ -203,3 +203,22 @@ def test_launch_policy_over_a_scan_that_held_trees(tmp_path, monkeypatch, capsys
     assert "error: --trees 3x4x8: the scan" in err and f"(it measured trees {TREE})" in err
     assert cli.main(base) == 0
     assert f"--trees {TREE} holds them too" in capsys.readouterr().err
+
+
+def test_calibrate_keeps_the_trees_at_the_scans_cost():
+    """`calibrate` moves the chains' costs by the served traffic's probes; a tree cell (no tree
+    probe key here) stays at the scan's own cost, so the calibrated file still drives trees."""
+    from sglang_eagle3_ext.tune import calibrate
+
+    doc = _with_tree()
+    five8 = next(c for c in doc["cells"] if c["steps"] == 5 and c["bs"] == 8 and not c.get("state"))
+    by_key = {"s5.k1.d6.b8.g": {"steps": 5, "topk": 1, "bs": 8, "graph": True, "cycles": 100,
+                                "phases": {"cycle": {"mean_ms": five8["cycle_ms"] + 0.5}}},
+              "s5.k4.d21.b8.g": {"steps": 5, "topk": 4, "bs": 8, "graph": True, "cycles": 100,
+                                 "phases": {"cycle": {"mean_ms": 99.0}}}}
+    new, _ = calibrate.calibrate(doc, by_key, sources=["p.jsonl"])
+    trees = [c for c in new["cells"] if c.get("state") == TREE]
+    assert len(trees) == 3 and all(c["calibrated"] == "tree: the scan's own cost" for c in trees)
+    assert [c["cycle_ms"] for c in trees] == [c["cycle_ms"] for c in doc["cells"] if c.get("state") == TREE]
+    assert policy.table_from_doc(new, source="c").trees.points.keys() == {TREE}
+    assert f"trees ['{TREE}'] keep the scan's own costs" in new["notes"][-1]

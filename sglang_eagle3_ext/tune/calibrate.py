@@ -124,11 +124,19 @@ def calibrate(doc: dict[str, Any], by_key: dict[str, dict[str, Any]], *, sources
             rows.append({"bs": b, "steps": steps, "scan_ms": scan_ms, "ms": ms, "basis": basis,
                          "scan_rate": al * 1000.0 / scan_ms, "rate": rate, "offset_ms": off,
                          "cycles": (own or (0.0, 0))[1]})
+    from ..runtime.policy import is_main
+    from ..runtime.policy_trees import is_tree_cell
+
+    # trees (scan --trees): kept at the scan's own costs, so a policy over chains and trees still has them
+    trees = [{**copy.deepcopy(c), "calibrated": "tree: the scan's own cost"} for c in doc.get("cells") or []
+             if isinstance(c, dict) and is_tree_cell(c) and is_main(c)]
     new = {k: copy.deepcopy(v) for k, v in doc.items() if k not in ("best", "adaptive", "client", "baseline")}
-    new.update(cells=cells, levels=sizes, levels_done=sizes)
+    new.update(cells=cells + trees, levels=sizes, levels_done=sizes)
     new["notes"] = [*(doc.get("notes") or []),
                     f"calibrated by sgl-eagle3 calibrate from {', '.join(sources)}: cycle ms per (steps, batch "
-                    "size) moved by the probes' steady cycles of the served traffic (tune/calibrate.py)"]
+                    "size) moved by the probes' steady cycles of the served traffic (tune/calibrate.py)"
+                    + (f"; trees {sorted({c.get('state') or c['steps'] for c in trees}, key=str)} keep the scan's own "
+                       "costs (not calibrated)" if trees else "")]
     new["calibration"] = {"sources": sources, "min_cycles": min_cycles, "beyond_scan": beyond,
                           "offsets": {str(b): o for b, o in offs.items()},
                           "rule": "measured mean where a key has min_cycles steady cycles; else the scan's ms + "
