@@ -115,13 +115,13 @@ def apply_policy(cfg: LaunchConfig, env: SGLangEnv, extra: dict[str, str | bool]
     if dropped:
         notes.append(f"policy: step 0 left out: SGLang {env.version}'s adaptive loader wants positive steps")
     notes += _state_notes(table, cands, per_bs, within)
-    notes += _tree_notes(table, cfg)
+    notes += _tree_notes(table, cfg, cands)
     notes += _mismatch_notes(scan, cfg, env)
     notes += _reach_notes(scan, table.candidates)
     return notes
 
 
-def _tree_notes(table: policy.ScanTable, cfg: LaunchConfig) -> list[str]:
+def _tree_notes(table: policy.ScanTable, cfg: LaunchConfig, chains: list[int]) -> list[str]:
     """Trees: every tree the launch holds must have the scan's costs (the policy refuses to start
     otherwise); a scan that measured trees the launch does not hold says how to hold them."""
     measured = sorted(table.trees.points) if table.trees is not None else []
@@ -143,7 +143,7 @@ def _tree_notes(table: policy.ScanTable, cfg: LaunchConfig) -> list[str]:
                     + ("it" if len(missing) == 1 else "them")
                     + (f" (it measured trees {', '.join(measured)})" if measured else " (it measured chains only)")
                     + f": the policy needs each tree's cost and acceptance; scan --trees {cfg.trees} first")
-    return [f"policy: chooses among chains {table.candidates} and trees {held} per batch size; each tree's "
+    return [f"policy: chooses among chains {chains} and trees {held} per batch size; each tree's "
             "acceptance is counted online from its own cycles (explored 1 cycle in 32 per batch size until it has "
             "256 verified requests, then 1 in 256; the share is in the probe records' control.policy)"]
 
