@@ -37,6 +37,21 @@ def models(tmp_path, monkeypatch):
     return str(t), str(d)
 
 
+@pytest.fixture()
+def tree_scan(tmp_path):
+    """The committed 8B chain table plus cells for the trees 5x4x21 and 3x4x8 (as scan --trees writes them)."""
+    import json
+
+    doc = json.loads(POLICY_SCAN.read_text())
+    for c in [c for c in doc["cells"] if c["steps"] == 5]:
+        for st, f, al in (("5x4x21", 1.2, 5.0), ("3x4x8", 1.05, 3.6)):
+            doc["cells"].append({**c, "state": st, "steps": int(st[0]), "topk": 4, "draft_tokens": int(st.split("x")[2]),
+                                 "cycle_ms": c["cycle_ms"] * f, "accept_len": al, "per_position": []})
+    p = tmp_path / "scan-trees.json"
+    p.write_text(json.dumps(doc))
+    return str(p)
+
+
 def _launch(models, version, *more):
     t, d = models
     return cli.main(["launch", "--sglang-root", str(releases.fetch(version)), "--model", t, "--draft", d,
@@ -44,8 +59,8 @@ def _launch(models, version, *more):
 
 
 @pytest.mark.parametrize("version", ["0.5.16", "0.5.23"])
-def test_launch_trees_dry_run_writes_the_env_and_prints_the_envelope(version, models, capsys):
-    rc = _launch(models, version, "--policy", str(POLICY_SCAN), "--trees", "5x4x21@1-16,3x4x8@1-4",
+def test_launch_trees_dry_run_writes_the_env_and_prints_the_envelope(version, models, tree_scan, capsys):
+    rc = _launch(models, version, "--policy", tree_scan, "--trees", "5x4x21@1-16,3x4x8@1-4",
                  "--", "--cuda-graph-max-bs-decode" if version == "0.5.23" else "--cuda-graph-max-bs", "32")
     cap = capsys.readouterr()
     assert rc == 0, cap.err
@@ -78,9 +93,9 @@ def test_launch_trees_dry_run_writes_the_env_and_prints_the_envelope(version, mo
     ("0.5.23", ["--policy", str(POLICY_SCAN), "--", "--cuda-graph-max-bs-decode", "8"],
      "tree 5x4x21@12-16: no captured CUDA-graph batch size is inside its range"),
 ])
-def test_launch_trees_refusals_one_line(version, more, needle, models, capsys):
+def test_launch_trees_refusals_one_line(version, more, needle, models, tree_scan, capsys):
     trees = "5x4x21@12-16" if "8" in more[-1:] else "5x4x21@1-16"
-    rc = _launch(models, version, "--trees", trees, *more)
+    rc = _launch(models, version, "--trees", trees, *[tree_scan if m == str(POLICY_SCAN) else m for m in more])
     err = capsys.readouterr().err
     assert rc == 2 and needle in err, err
     assert err.count("error:") == 1 and "Traceback" not in err
@@ -109,8 +124,8 @@ def test_invalid_tree_one_line(bad, needle):
     assert needle in str(e.value) and str(e.value).startswith("--trees") and e.value.exit_code == 2
 
 
-def test_launch_invalid_tree_is_refused_before_anything(models, capsys):
-    assert _launch(models, "0.5.23", "--policy", str(POLICY_SCAN), "--trees", "") == 2
+def test_launch_invalid_tree_is_refused_before_anything(models, tree_scan, capsys):
+    assert _launch(models, "0.5.23", "--policy", tree_scan, "--trees", "") == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --trees ''") and "names no tree" in err
 
@@ -250,3 +265,21 @@ def test_scan_trees_one_start(models, tmp_path, capsys, monkeypatch):
     assert f"batch 1: tree 3x4x8 at {doc['best']['1']['per_stream_tok_s']:.1f} tok/s; " in cap.out
     assert "trees: built tree 3x4x8" in cap.err  # surfaced from the server log after the start
     assert "SGLang's adaptive config holds chains only" in doc["adaptive"]["reasons"]["1"]
+
+
+@pytest.mark.parametrize("version", ["0.5.23", "0.5.13"])
+def test_scan_trees_dry_run_holds_chains_then_trees_or_refuses(version, models, tmp_path, capsys):
+    t, d = models
+    out = tmp_path / "o"
+    rc = cli.main(["scan", "--sglang-root", str(releases.fetch(version)), "--model", t, "--draft", d, "--steps", "3-5",
+                   "--trees", "5x4x21@1-16", "--concurrency", "1,8", "--out", str(out), "--dry-run",
+                   "--no-sglang-check", "--", "--cuda-graph-max-bs-decode", "32"])
+    cap = capsys.readouterr()
+    assert not out.exists()  # a dry run or a refusal writes nothing
+    if version == "0.5.13":
+        assert rc == 2 and "error: --trees: SGLang 0.5.13 lacks get_alloc_len_per_decode" in cap.err
+        return
+    assert rc == 0, cap.err
+    assert "export SGLANG_EAGLE3_HOLD_STEPS=5,4,3,5x4x21" in cap.out
+    assert "export SGLANG_EAGLE3_TREES=5x4x21@1-16" in cap.out and "--speculative-num-steps 5" in cap.out
+    assert "max draft tokens 21, topk carried 4, KV slots per decode per request 21" in cap.out

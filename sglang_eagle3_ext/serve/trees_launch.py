@@ -88,7 +88,7 @@ def captured_sizes(extra: dict[str, str | bool]) -> tuple[list[int] | None, str]
             return None, "--cuda-graph-bs is not a list of integers (SGLang's own check says more)"
     top = _int(extra, "--cuda-graph-max-bs-decode") or _int(extra, "--cuda-graph-max-bs")
     if top:
-        return default_cuda_graph_bs(top), f"SGLang's capture list up to --cuda-graph-max-bs {top}"
+        return default_cuda_graph_bs(top), f"SGLang's capture list up to batch size {top}"
     return None, "the server's captured sizes (SGLang picks its largest from GPU memory at start)"
 
 
