@@ -150,6 +150,16 @@ def test_the_rehearsal_names_what_cannot_run(tmp_path, phase, says):
     assert f"error: {r.errors[0]}" in out
 
 
+def test_server_flags_are_checked_against_the_release_the_plan_runs(tmp_path):
+    """The bundle's SGLang (0.5.16) is the one whose flags count: a typo after `--` is named."""
+    from sglang_eagle3_ext.serve import releases
+
+    releases.fetch(P.SGLANG)
+    doc = base(serve={"servers": [{"name": "a", "build": "m", "steps": 2, "args": ["--cuda-graph-max-bz", "8"]}]})
+    _, _, r = rehearse(write(tmp_path, doc), tmp_path)
+    assert r.errors == ["start a: SGLang 0.5.16 has no --cuda-graph-max-bz"]
+
+
 def test_a_server_name_twice_is_refused_and_an_unknown_placeholder_too(tmp_path):
     twice = base(serve={"servers": [{"name": "a", "build": "m", "steps": 2}]})
     twice["phases"].append(twice["phases"][1])

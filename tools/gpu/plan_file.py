@@ -25,9 +25,10 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "sglang_eagle3_ext"]
 PLACEHOLDERS = ("repo", "work", "models", "results")
+SGLANG = "0.5.16"  # the release the carried bundle holds (tools/gpu_bundle.py); a plan's `sglang:` overrides
 
 TOP_KEYS = {"name", "about", "made", "machine", "deadline", "hard_stop", "server_args", "server_env", "profile",
-            "sglang_check", "phases", "todo", "run"}
+            "sglang_check", "phases", "todo", "run", "sglang"}
 PHASE_KINDS = {"build", "traffic", "copy", "scan", "serve", "cli"}
 SERVER_KEYS = {"name", "build", "draft", "steps", "topk", "draft_tokens", "no_spec", "policy", "adaptive",
                "ema", "aux_layers", "env", "args", "max_running", "max_total_tokens", "profile", "todo"}

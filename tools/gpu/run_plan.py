@@ -168,6 +168,10 @@ class Runner:
                 if exc.code:
                     why = [ln for ln in msg.getvalue().splitlines() if ln.strip()][-1:] or ["?"]
                     self.errors.append(f"{label}: our CLI refuses it: {why[0]}")
+        if argv[:3] == P.CLI and argv[3] in ("launch", "scan") and "--" in argv:
+            missing = [a for a in argv[argv.index("--") + 1:] if a.startswith("--") and a not in self.sglang_flags()]
+            if missing and self.sglang_flags():
+                self.errors.append(f"{label}: SGLang {self.sglang_version()} has no {', '.join(missing)}")
         roots = (self.ctx["work"], self.ctx["repo"])
         for i, a in enumerate(argv):
             if not a.startswith(roots) or i < 3:
@@ -177,6 +181,27 @@ class Runner:
             elif not self.exists(a):
                 self.errors.append(f"{label}: needs {a}, which no earlier step makes")
         return 0
+
+    def sglang_version(self) -> str:
+        return str(self.plan.doc.get("sglang", P.SGLANG))
+
+    def sglang_flags(self) -> frozenset[str]:
+        """The server flags of the SGLang release the plan runs on (its unpacked sources in our
+        cache, where the tests put them); empty when they are not here (then nothing is checked)."""
+        if not hasattr(self, "_flags"):
+            from sglang_eagle3_ext.runtime.sglang_env import locate
+            from sglang_eagle3_ext.serve import releases
+            from sglang_eagle3_ext.serve.release_flags import known_flags
+
+            root = releases.cache_dir() / self.sglang_version()
+            try:
+                self._flags = known_flags(locate(root)) if (root / "sglang").is_dir() else frozenset()
+            except Exception:  # noqa: BLE001 - an unreadable tree: the check is skipped, said below
+                self._flags = frozenset()
+            if not self._flags:
+                print(f"# note: SGLang {self.sglang_version()}'s sources are not under {root}: "
+                      "server flags not checked")
+        return self._flags
 
     def exists(self, path: str) -> bool:
         if path.startswith(self.ctx["work"]):
