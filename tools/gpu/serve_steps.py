@@ -170,7 +170,8 @@ class Serve:
     def w_bench(self, w: dict[str, Any], names: list[str]) -> None:
         r, b = self.r, w["bench"]
         targets = self.targets(b, names)
-        for i, (tag, opts) in enumerate(P.bench_rounds(w)):
+        rounds = P.bench_rounds(w)
+        for i, (tag, opts) in enumerate(rounds):
             order = targets[::-1] if b.get("alternate") and i % 2 else targets
             for name in order:
                 if not r.alive(name):
@@ -181,6 +182,8 @@ class Serve:
                 argv = P.bench_cmd(r.ctx, r.live[name]["url"], name, opts, stem.with_suffix(".json"))
                 r.call(f"bench {name} {b['name']} {tag}".rstrip(), argv, stem.with_suffix(".txt"),
                        timeout=float(b.get("timeout", 300)))
+            if not r.rehearse and i + 1 < len(rounds):
+                r.checkpoint(f"{b['name']} {tag}")  # every finished round is in the pack
 
     def w_twin(self, w: dict[str, Any], names: list[str]) -> None:
         r, t = self.r, w["twin"]
