@@ -170,6 +170,18 @@ def test_a_server_name_twice_is_refused_and_an_unknown_placeholder_too(tmp_path)
     assert any("unknown placeholder 'reop'" in e for e in r.errors)
 
 
+def test_a_kept_server_serves_every_server_of_a_one_at_a_time_phase(tmp_path):
+    srv = {"build": "m", "steps": 2}
+    bench = {"bench": {"name": "b", "args": {"runs": 1}}}
+    doc = base(serve={"keep": ["a"], "servers": [{"name": "a", **srv}], "workload": [bench]})
+    doc["phases"].append({"serve": {"use": ["a"], "one_at_a_time": True, "workload": [bench],
+                                    "servers": [{"name": "c", **srv}, {"name": "d", **srv}]}})
+    rc, out, _ = rehearse(write(tmp_path, doc), tmp_path)
+    steps = [ln[2:] for ln in out.splitlines() if ln.startswith("# ")]
+    assert rc == 0 and steps.count("bench a b") == 3, steps
+    assert steps.index("stop c") < steps.index("start d") < steps.index("stop d") < steps.index("stop a")
+
+
 def test_the_cli_of_the_runner(tmp_path, capsys):
     assert run_plan.main([str(tmp_path / "none.yaml")]) == 2
     assert capsys.readouterr().err.startswith("error: ")

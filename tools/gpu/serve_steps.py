@@ -53,23 +53,20 @@ class Serve:
                     continue
                 mine = self.start([s])
                 self.workload([*use, *mine])
-                self.stop_mine(mine)
-            return
-        if r.past(budget):
+                self.stop_unkept(mine)
+        elif self.servers and r.past(budget):
             r.log(f"deadline: {', '.join(s['name'] for s in self.servers)} not started")
             for s in self.servers:
                 r.record(f"start {s['name']}", "skipped")
-            return
-        mine = self.start(self.servers)
-        self.workload([*use, *mine])
-        self.stop_mine(mine)
+        else:
+            mine = self.start(self.servers)
+            self.workload([*use, *mine])
+            self.stop_unkept(mine)
+        self.stop_unkept(use)  # servers an earlier phase kept: stopped unless kept again
 
-    def stop_mine(self, mine: list[str]) -> None:
+    def stop_unkept(self, names: list[str]) -> None:
         keep = set(self.ph.get("keep") or [])
-        for name in mine:
-            if name not in keep:
-                self.r.stop(name)
-        for name in self.ph.get("use") or []:
+        for name in names:
             if name not in keep and name in self.r.live:
                 self.r.stop(name)
 
