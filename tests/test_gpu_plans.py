@@ -185,6 +185,10 @@ def test_a_kept_server_serves_every_server_of_a_one_at_a_time_phase(tmp_path):
 def test_the_cli_of_the_runner(tmp_path, capsys):
     assert run_plan.main([str(tmp_path / "none.yaml")]) == 2
     assert capsys.readouterr().err.startswith("error: ")
+    bad = write(tmp_path, base(serve={"servers": [{"name": "a", "build": "m", "policy": "{results}/x.json"}]}))
+    assert run_plan.main([str(bad), "--out", str(tmp_path / "o"), "--work", str(tmp_path / "w")]) == 1
+    err = capsys.readouterr().err
+    assert "problem(s); nothing started" in err and "x.json" in err and not (tmp_path / "w").exists()
     assert run_plan.main([str(GPU / "plans" / "smoke.yaml"), "--dry-run", "--work", str(tmp_path)]) == 0
     assert "rehearsal of smoke: 4 commands, no problem found" in capsys.readouterr().out
 

@@ -60,6 +60,7 @@ class Runner:
         self.started_any = False
         self.produced: list[str] = []  # rehearsal: paths an earlier step makes
         self.errors: list[str] = []
+        self.on_disk = False  # the check before a real run: what a warm machine already has counts
         self.steps: list[dict[str, Any]] = []
         self.commands = 0
 
@@ -205,7 +206,8 @@ class Runner:
 
     def exists(self, path: str) -> bool:
         if path.startswith(self.ctx["work"]):
-            return any(path == p or path.startswith(p.rstrip("/") + "/") for p in self.produced)
+            made = any(path == p or path.startswith(p.rstrip("/") + "/") for p in self.produced)
+            return made or (self.on_disk and Path(path).exists())
         return Path(path).exists()
 
     # -- phases ---------------------------------------------------------------------------------
@@ -438,6 +440,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     work = Path(a.work).resolve()
+    if not a.rehearse:  # a plan that cannot run is refused before any device time goes into it
+        check = Runner(plan, Path(a.out).resolve(), work, rehearse=True)
+        check.on_disk = True
+        with contextlib.redirect_stdout(io.StringIO()):
+            check.run()
+        if check.errors:
+            for e in check.errors:
+                print(f"error: {e}", file=sys.stderr)
+            print(f"error: {plan.path}: {len(check.errors)} problem(s); nothing started "
+                  f"(--rehearse prints every command)", file=sys.stderr)
+            return 1
     return Runner(plan, Path(a.out).resolve(), work, rehearse=a.rehearse, standin=a.standin,
                   deadline=a.deadline, hard_stop=a.hard_stop).run()
 
