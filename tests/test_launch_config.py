@@ -79,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
 # added since (--policy-within, --trained-on).
 OLD_OPTIONS = {
     "--model", "--draft", "--algorithm", "--steps", "--topk", "--draft-tokens", "--adaptive", "--policy",
-    "--policy-within", "--trees", "--no-spec",
+    "--policy-within", "--hold", "--trees", "--no-spec",
     "--tp", "--aux-layers", "--trained-on", "--nccl", "--profile", "--profile-every", "--profile-mode", "--profile-out",
     "--host", "--port", "--log", "--timeout", "--detach", "--pid-file", "--nnodes", "--dist-init-addr",
     "--dry-run", "--no-sglang-check", "--python", "--server-module",
@@ -113,7 +113,7 @@ def test_cli_values_feed_override_with_types_and_negation() -> None:
 
 def test_preset_types_follow_the_annotations() -> None:
     assert set(launch_config._INT_KEYS) == {"steps", "topk", "draft_tokens", "tp", "profile_every", "port",
-                                            "nnodes", "policy_within"}
+                                            "nnodes", "policy_within", "hold"}
     assert set(launch_config._BOOL_KEYS) == {"no_spec", "profile", "sglang_check"}
     from sglang_eagle3_ext.runtime.errors import UserError
 

@@ -283,3 +283,19 @@ def test_scan_trees_dry_run_holds_chains_then_trees_or_refuses(version, models, 
     assert "export SGLANG_EAGLE3_HOLD_STEPS=5,4,3,5x4x21" in cap.out
     assert "export SGLANG_EAGLE3_TREES=5x4x21@1-16" in cap.out and "--speculative-num-steps 5" in cap.out
     assert "max draft tokens 21, topk carried 4, KV slots per decode per request 21" in cap.out
+
+
+def test_launch_hold_over_chains_and_trees(models, tmp_path, capsys):
+    """`launch --adaptive A --trees ... --hold N`: the held server of a token-identity check (every
+    state in turn, a fixed schedule); refused with --policy, without --adaptive, below 1."""
+    cfg = tmp_path / "a.json"
+    cfg.write_text('{"1": {"candidate_steps": [3, 5]}}')
+    base = ("--adaptive", str(cfg), "--trees", "3x2x7@1-16,5x4x21@1-16", "--", "--cuda-graph-max-bs-decode", "16")
+    assert _launch(models, "0.5.16", "--hold", "4", *base) == 0
+    cap = capsys.readouterr()
+    assert "export SGLANG_EAGLE3_HOLD=4" in cap.out and "export SGLANG_EAGLE3_TREES=3x2x7@1-16,5x4x21@1-16" in cap.out
+    assert "hold decides" in cap.err and "blocks of 2-6 decode cycles" in cap.err
+    assert _launch(models, "0.5.16", "--hold", "0", *base) == 2
+    assert "error: --hold 0: cycles per block must be >= 1" in capsys.readouterr().err
+    assert _launch(models, "0.5.16", "--hold", "4", "--trees", "5x4x21") == 2
+    assert "error: --hold needs --adaptive FILE" in capsys.readouterr().err

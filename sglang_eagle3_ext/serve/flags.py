@@ -491,8 +491,9 @@ def validate(cfg: LaunchConfig, env: SGLangEnv, *, sglang_check: bool | None = N
 
     notes += apply_policy(cfg, env, extra)
     notes += apply_adaptive(cfg, env, extra)
-    from .trees_launch import apply_trees  # --trees: after the adaptive start values are set
+    from .trees_launch import apply_hold, apply_trees  # after the adaptive start values
 
+    notes += apply_hold(cfg, env)
     notes += apply_trees(cfg, env, extra)
     _check_spec_values(cfg, extra)
     notes += _check_models(cfg, env, algo)

@@ -77,6 +77,11 @@ class LaunchConfig:
         help="--policy builds adaptive states only for the step counts whose table tok/s is within "
              "PCT %% of the best at some batch size (default 5, the scan's --within; 100 = every "
              "candidate)")
+    hold: int | None = _opt(  # the hold schedule as this server's decider (serve/trees_launch.py apply_hold)
+        cli="--hold", group=GROUP_SPEC, metavar="N",
+        help="hold every adaptive state (the --adaptive chains, then the --trees) in turn for blocks of "
+             "about N decode cycles, a fixed schedule (SGLANG_EAGLE3_HOLD; SGLang 0.5.13+): for "
+             "token-identity checks and measurements; not with --policy")
     trees: str | None = _opt(  # trees held beside the adaptive chains (serve/trees_launch.py)
         cli="--trees", group=GROUP_SPEC, metavar="SPEC",
         help="hold trees beside the adaptive chains in one server (SGLang 0.5.16 / 0.5.23 structure, "

@@ -102,6 +102,27 @@ def decider(cfg: LaunchConfig) -> str | None:
     return None
 
 
+def apply_hold(cfg: LaunchConfig, env: SGLangEnv) -> list[str]:
+    """``--hold N``: the plugin's hold schedule decides (every built state in turn, blocks of about
+    N cycles, the same on every rank); a note to print. Nothing without it."""
+    if cfg.hold is None:
+        return []
+    if cfg.hold < 1:
+        raise _fail(f"--hold {cfg.hold}: cycles per block must be >= 1")
+    if cfg.policy:
+        raise _fail("--hold with --policy: one decider chooses the state; give one of them")
+    if not cfg.adaptive:
+        raise _fail("--hold needs --adaptive FILE: the chains it holds are that config's candidates "
+                    "(one tier listing them: `sgl-eagle3 adaptive write`, or the scan's sglang-adaptive-scan.json)")
+    from .adaptive_format import hold_support
+
+    hold_support(env)  # 0.5.13+ (the forward-side activate_step_by_batch), else one line why
+    cfg.env[HOLD.name] = str(cfg.hold)
+    return [f"hold: {HOLD.name}={cfg.hold}: every built state in turn (chains largest first, then trees), blocks "
+            f"of {cfg.hold // 2 or 1}-{cfg.hold + cfg.hold // 2} decode cycles per batch size; SGLang's own rule "
+            "does not switch meanwhile"]
+
+
 def apply_trees(cfg: LaunchConfig, env: SGLangEnv, extra: dict[str, str | bool]) -> list[str]:
     """Check ``cfg.trees`` (after the adaptive start values are set) and write the environment
     variable; notes to print. Nothing for a config without trees."""
