@@ -345,3 +345,21 @@ def test_an_exported_tree_list_is_refused_by_server_start(tmp_path):
         server.Server(cfg, environ={"SGLANG_EAGLE3_TREES": "3x4x8@1-4"}).start(wait=False)
     assert ei.value.exit_code == 2 and "--trees" in str(ei.value)
     assert not (tmp_path / "s.log").exists()
+
+
+def test_spec_settings_are_written_where_the_release_writes_them(monkeypatch):
+    """0.5.23's worker module imports get_context (the spec bag); 0.5.16's worker writes through
+    self.server_args.override (its runtime_context has a get_context of another shape)."""
+    calls = []
+    bag = types.SimpleNamespace(override=lambda src, **f: calls.append(("bag", src, f)))
+    mod = types.ModuleType("fake_worker_0523")
+    mod.get_context = lambda: bag
+    monkeypatch.setitem(sys.modules, "fake_worker_0523", mod)
+    W = type("W", (), {"__module__": "fake_worker_0523"})
+    treeswitch.set_spec_topk(W(), 4, "t")
+    old = type("Old", (), {})()
+    old.server_args = types.SimpleNamespace(override=lambda src, **f: calls.append(("args", src, f)))
+    treeswitch.set_spec_state(old, specstate.State(3, 4, 8), "s")
+    assert calls == [("bag", "t", {"speculative_eagle_topk": 4}),
+                     ("args", "s", {"speculative_num_steps": 3, "speculative_num_draft_tokens": 8,
+                                    "speculative_eagle_topk": 4})]

@@ -197,30 +197,26 @@ def patch_server_args_0516() -> bool:
 # ------------------------------------------------------------------------------------------------
 # spec settings: where topk lives per release
 
+def write_spec(worker: Any, source: str, **fields: int) -> None:
+    """Write into SGLang's resolved settings through the mutation point the release's own worker
+    uses: the spec bag (0.5.23: its module imports ``get_context``) or the server args (0.5.16:
+    ``self.server_args.override``; its runtime_context has a ``get_context`` of another shape)."""
+    import sys
+
+    gc = getattr(sys.modules.get(type(worker).__module__), "get_context", None)
+    if callable(gc):
+        gc().override(source, **fields)
+    else:
+        worker.server_args.override(source, **fields)
+
+
 def set_spec_topk(worker: Any, topk: int, source: str) -> None:
-    """Write topk into SGLang's resolved settings: the spec bag (0.5.23, ``get_context``) or the
-    server args (0.5.16), through their one audited mutation point."""
-    try:
-        from sglang.srt.runtime_context import get_context  # type: ignore[import-not-found]
-    except ImportError:
-        get_context = None
-    if get_context is not None:
-        get_context().override(source, speculative_eagle_topk=topk)
-        return
-    worker.server_args.override(source, speculative_eagle_topk=topk)
+    write_spec(worker, source, speculative_eagle_topk=topk)
 
 
 def set_spec_state(worker: Any, st: specstate.State, source: str) -> None:
-    try:
-        from sglang.srt.runtime_context import get_context  # type: ignore[import-not-found]
-    except ImportError:
-        get_context = None
-    fields = {"speculative_num_steps": st.steps, "speculative_num_draft_tokens": st.tokens,
-              "speculative_eagle_topk": st.topk}
-    if get_context is not None:
-        get_context().override(source, **fields)
-    else:
-        worker.server_args.override(source, **fields)
+    write_spec(worker, source, speculative_num_steps=st.steps, speculative_num_draft_tokens=st.tokens,
+               speculative_eagle_topk=st.topk)
 
 
 # ------------------------------------------------------------------------------------------------
