@@ -222,3 +222,19 @@ def test_calibrate_keeps_the_trees_at_the_scans_cost():
     assert [c["cycle_ms"] for c in trees] == [c["cycle_ms"] for c in doc["cells"] if c.get("state") == TREE]
     assert policy.table_from_doc(new, source="c").trees.points.keys() == {TREE}
     assert f"trees ['{TREE}'] keep the scan's own costs" in new["notes"][-1]
+
+
+def test_profile_policy_rows_keep_a_tree_apart_from_its_chain():
+    """`profile`'s policy table (measure/policy_report.rows): a tree the policy chose is its own
+    row, realised from the tree's own probe keys, never from chain 5's (it raised on the label)."""
+    from sglang_eagle3_ext.measure import policy_report
+
+    summary = {"control": {"policy": {"cycles": {"1": {"5": 10, TREE: 30}}, "explore": {"1": {TREE: 2}},
+                                      "expected_per_stream_tok_s": {"1": {"5": 330.0, TREE: 400.0}}}},
+               "by_key": {"s5.k4.d21.b1.g": {"bs": 1, "steps": 5, "topk": 4, "draft_tokens": 21, "cycles": 30,
+                                             "per_stream_tok_s": 380.0},
+                          "s5.k1.d6.b1.g": {"bs": 1, "steps": 5, "topk": 1, "draft_tokens": 6, "cycles": 10,
+                                            "per_stream_tok_s": 340.0}}}
+    rows = {r["steps"]: r for r in policy_report.rows(summary)}
+    assert rows[TREE]["realised_per_stream_tok_s"] == 380.0 and rows[TREE]["explore"] == 2
+    assert rows[5]["realised_per_stream_tok_s"] == 340.0 and rows[5]["realised_vs_expected_pct"] == 3.0

@@ -53,15 +53,22 @@ def _sorted(d: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {bs: dict(sorted(v.items(), key=lambda kv: num(kv[0]))) for bs, v in sorted(d.items(), key=lambda kv: num(kv[0]))}
 
 
-def realised(by_key: Mapping[str, Mapping[str, Any]]) -> dict[tuple[int, int], dict[str, Any]]:
-    """(bs, steps) -> steady cycles and per-stream tok/s, summed over the keys of that pair
-    (graph and eager cycles of one pair merge, cycle-weighted)."""
-    out: dict[tuple[int, int], dict[str, Any]] = {}
+def _state(s: Any) -> int | str:
+    """A chosen state's key as the records write it: "5" -> 5 (a chain), "5x4x21" stays (a tree)."""
+    return int(s) if str(s).isdigit() else str(s)
+
+
+def realised(by_key: Mapping[str, Mapping[str, Any]]) -> dict[tuple[int, int | str], dict[str, Any]]:
+    """(bs, state) -> steady cycles and per-stream tok/s, summed over the keys of that pair
+    (graph and eager cycles of one pair merge, cycle-weighted); a tree's key is its label."""
+    out: dict[tuple[int, int | str], dict[str, Any]] = {}
     for k in by_key.values():
         bs, steps, n, v = k.get("bs"), k.get("steps"), int(k.get("cycles") or 0), k.get("per_stream_tok_s")
         if bs is None or steps is None or not n or v is None:
             continue
-        e = out.setdefault((int(bs), int(steps)), {"cycles": 0, "sum": 0.0})
+        topk = k.get("topk") or 1
+        state: int | str = int(steps) if topk <= 1 else f"{steps}x{topk}x{k.get('draft_tokens')}"
+        e = out.setdefault((int(bs), state), {"cycles": 0, "sum": 0.0})
         e["cycles"] += n
         e["sum"] += float(v) * n
     return {key: {"cycles": e["cycles"], "per_stream_tok_s": round(e["sum"] / e["cycles"], 2)}
@@ -79,9 +86,9 @@ def rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
         total = sum(by.values()) or 1
         for s, n in by.items():
             exp = (pol["expected_per_stream_tok_s"].get(bs) or {}).get(s)
-            r = real.get((int(bs), int(s)))
+            r = real.get((int(bs), _state(s)))
             rv = r["per_stream_tok_s"] if r else None
-            out.append({"bs": int(bs), "steps": int(s), "cycles": n, "share": round(n / total, 4),
+            out.append({"bs": int(bs), "steps": _state(s), "cycles": n, "share": round(n / total, 4),
                         "explore": int((pol["explore"].get(bs) or {}).get(s, 0)), "expected_per_stream_tok_s": exp,
                         "realised_per_stream_tok_s": rv, "realised_cycles": r["cycles"] if r else 0,
                         "realised_vs_expected_pct": round((rv / exp - 1) * 100, 1) if (rv and exp) else None})
