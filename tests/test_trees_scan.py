@@ -299,3 +299,14 @@ def test_launch_hold_over_chains_and_trees(models, tmp_path, capsys):
     assert "error: --hold 0: cycles per block must be >= 1" in capsys.readouterr().err
     assert _launch(models, "0.5.16", "--hold", "4", "--trees", "5x4x21") == 2
     assert "error: --hold needs --adaptive FILE" in capsys.readouterr().err
+
+
+def test_compare_reads_a_tree_as_its_own_ladder():
+    from sglang_eagle3_ext.measure import compare
+
+    doc = _doc([_cell(5, 1, 340.0, [330.0, 350.0]), _cell(5, 1, 400.0, [390.0, 410.0], topk=4, tokens=21),
+                _cell(5, 8, 300.0, [295.0, 305.0])])
+    lads = {lad["label"]: [(lv["concurrency"], lv["summary"]["per_stream_tok_s"]) for lv in lad["levels"]]
+            for lad in compare._scan_ladders(doc, "x")}
+    assert lads == {"scan 5 steps (probes, steady)": [(1, 340.0), (8, 300.0)],
+                    "scan tree 5x4x21 (probes, steady)": [(1, 400.0)]}

@@ -163,12 +163,16 @@ def _scan_ladders(data: Any, origin: str) -> list[dict[str, Any]]:
 
     scan_doc.check(data, origin)  # the scan reader's typed check (every scan reader refuses alike)
     out = []
-    for s in sorted({c["steps"] for c in scan_doc.main_cells(data)}):
+    cells = scan_doc.main_cells(data)
+    states = {scan_doc.state_label(c): c["steps"] for c in cells}  # a tree is its own ladder, not its steps'
+    for lab in sorted(states, key=lambda k: (not k.isdigit(), states[k], k)):
         levels = [{"concurrency": c["level"], "summary": {
             "per_stream_tok_s": c["per_stream_tok_s"], "throughput_tok_s": c["throughput_tok_s"],
             "ttft_s": None, "accept_length": c["accept_len"]}}
-            for c in sorted(scan_doc.main_cells(data), key=lambda c: c["level"]) if c["steps"] == s]
-        name = scan_doc.STEP0_LABEL if s == 0 else f"{s} step{'s' if s > 1 else ''}"
+            for c in sorted(cells, key=lambda c: c["level"]) if scan_doc.state_label(c) == lab]
+        s = states[lab]
+        name = (f"tree {lab}" if not lab.isdigit() else
+                scan_doc.STEP0_LABEL if s == 0 else f"{s} step{'s' if s > 1 else ''}")
         out.append({"label": f"scan {name} (probes, steady)", "baseline": False, "levels": levels})
     base = data.get("baseline") or {}
     if base:
