@@ -3,6 +3,8 @@ is handed a file of another kind ("this is a bench result"), instead of a parse 
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -66,13 +68,19 @@ def is_probe_record(data: Any) -> bool:
 
 
 def starts_with_probe_record(path: Path) -> bool:
-    """Whether the first line of a regular file is one probe record (a JSONL probe file)."""
+    """Whether the first line of a regular file is one probe record (a JSONL probe file). Anything
+    else (a FIFO, a device, a folder) is not opened for reading: no wait, no endless read."""
     try:
-        with path.open("rb") as f:
-            line = f.readline(1 << 20)
-        return is_probe_record(json_loads(line))
-    except (OSError, ValueError):
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
         return False
+    with os.fdopen(fd, "rb") as f:
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return False
+            return is_probe_record(json_loads(f.readline(1 << 20)))
+        except (OSError, ValueError):
+            return False
 
 
 def not_bench(path: str, kind: tuple[str, str]) -> str:
