@@ -310,3 +310,18 @@ def test_compare_reads_a_tree_as_its_own_ladder():
             for lad in compare._scan_ladders(doc, "x")}
     assert lads == {"scan 5 steps (probes, steady)": [(1, 340.0), (8, 300.0)],
                     "scan tree 5x4x21 (probes, steady)": [(1, 400.0)]}
+
+
+def test_a_switch_between_chain_and_tree_of_equal_steps_is_a_boundary_cycle():
+    """The probes mark the first cycle after a state change as a switch (left out of the steady
+    figures). Chain 5 -> tree 5x4x21 keeps the steps: it must still be one (it was not)."""
+    from sglang_eagle3_ext.runtime.probes import window
+
+    def tag(steps, topk, dt):
+        return (steps, topk, dt, 1, True, 0, 1, 0, [0], True)
+
+    tags = [tag(5, 1, 6), tag(5, 1, 6), tag(5, 4, 21), tag(5, 4, 21), tag(5, 1, 6)]
+    assert window.switch_bits(tags, (5, 1, 6)) == [0, 0, window.SWITCH, 0, window.SWITCH]
+    assert window.switch_bits(tags[2:], (5, 1, 6))[0] == window.SWITCH  # across windows: the state carried
+    assert window.switch_bits(tags, 5) == [0, 0, window.SWITCH, 0, window.SWITCH]  # a caller passing steps only
+    assert window.switch_bits([tag(3, 1, 4)], 5) == [window.SWITCH]

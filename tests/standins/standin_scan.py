@@ -134,7 +134,7 @@ class Engine:
         self.w: list[dict[str, Any]] = []
         self.hist: dict[int, int] = {}
         self.last_bs: int | None = None
-        self.prev_steps: int | None = None
+        self.prev_steps: tuple[Any, ...] | None = None
 
     def choose(self, bs: int) -> tuple[int | str | None, int]:
         """(steps, block id): the hold schedule, a pure function of the per-bs cycle count."""
@@ -216,7 +216,7 @@ class Engine:
         sizes, bits, nreq, nacc, self.last_bs = window.classify_window(
             [c["why"] for c in cyc], [c["nreq"] for c in cyc], [c["nacc"] for c in cyc], tags,
             self.last_bs, self.prev_steps)
-        self.prev_steps = tags[-1][0]
+        self.prev_steps = tuple(tags[-1][:3])  # as the profiler: (steps, topk, draft tokens)
         split = window.split_record(per, sizes, bits, nreq, nacc, 0)
         split["by_key"] = window.by_key(per, bits, tags)
         split["key_cycles"] = window.key_cycles(bits, tags)

@@ -85,7 +85,7 @@ class Profiler:
         self._tag: list[Any] = []
         self._await: deque[list[Any]] = deque(maxlen=8)
         self._mismatch = 0  # accept lists whose length matched no waiting cycle's batch size
-        self._prev_steps: int | None = None  # steps of the last cycle written (switch detection)
+        self._prev_steps: tuple[Any, ...] | None = None  # state of the last cycle written (switch detection)
         # the open cycle, as plain attributes (fastest to set in the hot loop)
         self._open = False
         self._cb: Any = None  # begin mark
@@ -350,7 +350,7 @@ class Profiler:
             [c[4] for c in cycles], [c[5] for c in cycles], [c[6] for c in cycles], tags,
             self._last_bs, self._prev_steps)
         if tags and tags[-1][0] is not None:
-            self._prev_steps = tags[-1][0]
+            self._prev_steps = tuple(tags[-1][:3])  # (steps, topk, draft tokens): a tree is another state
         split = split_record(per, sizes, bits, nreq, nacc, joins)
         split["by_key"] = by_key(per, bits, tags)
         split["key_cycles"] = key_cycles(bits, tags)

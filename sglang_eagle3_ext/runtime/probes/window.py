@@ -126,7 +126,7 @@ def exact_sizes(tags: Sequence[Sequence[Any]]) -> list[int] | None:
 
 
 def classify_window(why: Sequence[int], nreq: Sequence[int], nacc: Sequence[int],
-                    tags: Sequence[Sequence[Any]], prev_bs: int | None, prev_steps: int | None
+                    tags: Sequence[Sequence[Any]], prev_bs: int | None, prev_steps: Any
                     ) -> tuple[list[int | None], list[int], list[int], list[int], int | None]:
     """One window's classification, as the profiler (and the scan stand-in) do it: (sizes, bits,
     requests and accepted drafts per cycle, last size).
@@ -136,7 +136,8 @@ def classify_window(why: Sequence[int], nreq: Sequence[int], nacc: Sequence[int]
     are the same cycle's even when the batch changes every cycle under the overlap scheduler; a
     cycle whose counts have not arrived yet (the window's last, read at once) adds its phases
     but no counts. Without them, the counts that arrived during each cycle, with both sides of a
-    size change marked (``classify``). SWITCH marks the first cycle at a new step count."""
+    size change marked (``classify``). SWITCH marks the first cycle at a new state (steps, topk,
+    draft tokens; ``prev_steps``: the last window's last state, switch_bits)."""
     ex = exact_sizes(tags)
     if ex is not None:
         nreq = [t[T_REQ] for t in tags]
@@ -365,15 +366,21 @@ def key_of(tag: Sequence[Any]) -> str:
             f"{'u' if g is None else ('g' if g else 'e')}")
 
 
-def switch_bits(tags: Sequence[Sequence[Any]], prev_steps: int | None) -> list[int]:
-    """SWITCH on the first cycle at a new step count (the switch itself runs at its start)."""
+def switch_bits(tags: Sequence[Sequence[Any]], prev_steps: Any) -> list[int]:
+    """SWITCH on the first cycle at a new state (the switch itself runs at its start). A state is
+    (steps, topk, draft tokens): chain 5 -> tree 5x4x21 is a switch, though the steps stay.
+    ``prev_steps``: the previous window's last state (that tuple), or its step count (steps only)."""
     out = []
     prev = prev_steps
     for t in tags:
         s = t[T_STEPS]
-        out.append(SWITCH if (s is not None and prev is not None and s != prev) else 0)
-        if s is not None:
-            prev = s
+        if s is None:
+            out.append(0)
+            continue
+        cur = (s, t[T_TOPK], t[T_DT])
+        changed = prev is not None and (cur != tuple(prev) if isinstance(prev, (tuple, list)) else s != prev)
+        out.append(SWITCH if changed else 0)
+        prev = cur
     return out
 
 
