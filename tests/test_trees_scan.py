@@ -325,3 +325,11 @@ def test_a_switch_between_chain_and_tree_of_equal_steps_is_a_boundary_cycle():
     assert window.switch_bits(tags[2:], (5, 1, 6))[0] == window.SWITCH  # across windows: the state carried
     assert window.switch_bits(tags, 5) == [0, 0, window.SWITCH, 0, window.SWITCH]  # a caller passing steps only
     assert window.switch_bits([tag(3, 1, 4)], 5) == [window.SWITCH]
+
+
+def test_control_choices_name_a_tree_by_its_label():
+    from sglang_eagle3_ext.runtime.probes import window
+
+    tags = [(5, 1, 6, 4, True, 0, 4, 0, [], True), (5, 4, 21, 4, True, 1, 4, 0, [], True),
+            (5, 4, 21, 4, True, 1, 4, 0, [], True)]
+    assert window.choices(tags) == {"4": {"5": 1, "5x4x21": 2}}

@@ -449,6 +449,7 @@ def choices(tags: Sequence[Sequence[Any]]) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for t in tags:
         by = out.setdefault(_opt(t[T_BS]), {})
-        k = _opt(t[T_STEPS])
+        topk = t[T_TOPK]  # a tree is its label STEPSxTOPKxTOKENS, never its step count (specstate.py)
+        k = f"{t[T_STEPS]}x{topk}x{_opt(t[T_DT])}" if isinstance(topk, int) and topk > 1 else _opt(t[T_STEPS])
         by[k] = by.get(k, 0) + 1
     return {bs: dict(sorted(v.items())) for bs, v in sorted(out.items(), key=lambda kv: (len(kv[0]), kv[0]))}
