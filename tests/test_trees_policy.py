@@ -18,7 +18,7 @@ import random
 import pytest
 from conftest import REPO
 
-from sglang_eagle3_ext.runtime import policy, policy_trees, stepctl
+from sglang_eagle3_ext.runtime import policy, stepctl
 
 H200 = REPO / "tests" / "data" / "policy" / "scan-h200-8b-p08.json"
 TREE = "5x4x21"
@@ -98,7 +98,7 @@ def test_chain_only_scan_keeps_the_chain_decider_exactly(tmp_path):
 
 def test_tree_at_low_batch_chain_at_high_batch(tmp_path):
     dec = _decider(tmp_path, _with_tree())
-    assert isinstance(dec, policy_trees.TreeDecider)
+    assert isinstance(dec, policy.TreeDecider)
     at1 = _run(dec, 1, 600, tree_accept=4.5)
     assert max(set(at1), key=at1.count) == TREE
     at32 = _run(dec, 32, 600, tree_accept=4.5)

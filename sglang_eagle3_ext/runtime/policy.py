@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from .bounds import MAX_BATCH, MAX_COUNT, MAX_STEPS
+from .policy_trees import TreeRules, is_tree_cell, tree_table
 from .safeparse import load_json_file
 
 SCHEMA = "eagle3_scan/1"
@@ -194,8 +195,6 @@ def table_from_doc(doc: Any, graph_bs: Sequence[int] | None = None, source: str 
     cells = doc.get("cells")
     if not isinstance(cells, list) or not cells:
         raise ValueError(f"{where}: no cells (the scan measured nothing)")
-    from .policy_trees import is_tree_cell, tree_table  # trees' cells: their own table
-
     raw: list[tuple[int, int, float, float, bool]] = []
     main: list[bool] = []                               # per raw cell: its level's own batch size
     pos: dict[int, list[float]] = {}                    # position -> [rate x weight, weight]
@@ -262,7 +261,7 @@ def table_from_doc(doc: Any, graph_bs: Sequence[int] | None = None, source: str 
             prior.append(prior[-1] if prior else 0.5)  # a position no cell reached: the last known
     gbs = list(graph_bs) if graph_bs else default_cuda_graph_bs()
     return ScanTable(raw, prior, {s: a / w for s, (a, w) in acc.items()}, gbs, source,
-                     trees=tree_table(cells, gbs, where))
+                     trees=tree_table(cells, gbs, where, ScanTable, MIN_CELL_CYCLES))
 
 
 MIN_CELL_CYCLES = 20  # a drain cell of fewer cycles (a batch size passed through while a level drains) is noise
@@ -575,8 +574,6 @@ def make_decider(info: Any, path: str | Path | None, **knobs: Any) -> PolicyDeci
                          f"states {built}; launch with --policy so both come from the same scan")
     held = [s for s in everything if isinstance(s, str)]
     if held or table.trees is not None:  # trees beside the chains: policy_trees.py
-        from .policy_trees import TreeDecider
-
         uncosted = [t for t in held if table.trees is None or t not in table.trees.points]
         if uncosted:
             raise ValueError(f"{path}: the scan has no cell for tree(s) {', '.join(uncosted)} the server holds; "
@@ -584,6 +581,12 @@ def make_decider(info: Any, path: str | Path | None, **knobs: Any) -> PolicyDeci
         elig = getattr(info, "eligible", None)
         return TreeDecider(table, eligible=elig if callable(elig) else None, **knobs)
     return PolicyDecider(table, **knobs)
+
+
+class TreeDecider(TreeRules, PolicyDecider):
+    """Chains by PolicyDecider's rules, trees beside them (policy_trees.TreeRules)."""
+
+    _pad, _tier_cls, _report_cls = staticmethod(pad_batch), _Tier, _Report
 
 
 def from_file(path: str | Path, **knobs: Any) -> tuple[PolicyDecider | None, str | None]:

@@ -19,14 +19,18 @@ keeps unchanged. What trees add:
   (stepctl.ControllerInfo.eligible: outside them it would run eager, silently slower).
 
 Rank-safe: every choice is a pure function of batch sizes, cycle counts and accept counts.
+
+This module does not import policy.py (policy imports it): ``TreeRules`` is a mixin that
+policy.TreeDecider puts in front of PolicyDecider, which hands it its padding rule and its record
+classes (``_pad``, ``_tier_cls``, ``_report_cls``); ``tree_table`` builds policy's ScanTable class,
+given as ``table_cls``.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
-
-from .policy import NAME, PolicyDecider, ScanTable, _num, _Report, _Tier, pad_batch
 
 DEFAULT_TREE_EXPLORE_EVERY = 32     # one cycle in 32 of a tier while a tree has few verify results
 DEFAULT_TREE_EXPLORE_UNTIL = 256    # ... requests verified under the tree (over the server)
@@ -60,11 +64,20 @@ def tree_label(c: Mapping[str, Any], where: str) -> str:
     return st.label
 
 
-def tree_table(cells: Sequence[Any], graph_bs: Sequence[int] | None, where: str) -> ScanTable | None:
-    """The trees' costs and prior accept lengths from a scan's tree cells (None: the scan held
-    none): a ScanTable keyed by tree label instead of step count (its interpolation as is)."""
-    from .policy import MIN_CELL_CYCLES, is_main
+def _num(v: Any, name: str, where: str, *, positive: bool = False) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and abs(v) < 2**53):
+        raise ValueError(f"{where}: {name} {v!r:.40} is not a finite number")
+    if positive and v <= 0:
+        raise ValueError(f"{where}: {name} {v!r} is not positive")
+    return float(v)
 
+
+def tree_table(cells: Sequence[Any], graph_bs: Sequence[int] | None, where: str, table_cls: Any,
+               min_cycles: int) -> Any:
+    """The trees' costs and prior accept lengths from a scan's tree cells (None: the scan held
+    none): a ``table_cls`` (policy.ScanTable) keyed by tree label instead of step count (its
+    interpolation as is). A drain cell (not at its level's batch size) of fewer than
+    ``min_cycles`` cycles is left out."""
     raw: list[tuple[Any, int, float, float, bool]] = []
     acc: dict[str, list[float]] = {}
     for n, c in enumerate(cells):
@@ -77,8 +90,9 @@ def tree_table(cells: Sequence[Any], graph_bs: Sequence[int] | None, where: str)
             raise ValueError(f"{cw}: bs {bs!r} is not a batch size")
         ms = _num(c.get("cycle_ms"), "cycle_ms", cw, positive=True)
         k = c.get("cycles")
-        w = float(k) if isinstance(k, int) and not isinstance(k, bool) and k > 0 else float(MIN_CELL_CYCLES)
-        if not is_main(c) and w < MIN_CELL_CYCLES:
+        w = float(k) if isinstance(k, int) and not isinstance(k, bool) and k > 0 else float(min_cycles)
+        main = c.get("level") is None or c.get("bs") == c.get("level")  # policy.is_main
+        if not main and w < min_cycles:
             continue  # a thin drain cell (policy._drop_thin's rule, simplified: trees span few sizes)
         raw.append((label, bs, ms, w, c.get("graph") is False))
         al = c.get("accept_len")
@@ -95,22 +109,25 @@ def tree_table(cells: Sequence[Any], graph_bs: Sequence[int] | None, where: str)
     missing = sorted({r[0] for r in raw} - set(acc))
     if missing:
         raise ValueError(f"{where}: tree(s) {', '.join(missing)} have no accept_len: no acceptance to start from")
-    return ScanTable(raw, [], {k: a / w for k, (a, w) in acc.items()}, list(graph_bs) if graph_bs else None, where)
+    return table_cls(raw, [], {k: a / w for k, (a, w) in acc.items()}, list(graph_bs) if graph_bs else None, where)
 
 
-class TreeDecider(PolicyDecider):
-    """policy.PolicyDecider over chains (its own rules) and the trees of ``table.trees``."""
+class TreeRules:
+    """The tree half of policy.TreeDecider (a mixin in front of PolicyDecider): chains keep
+    PolicyDecider's rules, trees are added beside them."""
 
-    name = NAME
+    _pad: Callable[[int, Sequence[int] | None], int]  # policy.pad_batch
+    _tier_cls: Any   # policy._Tier
+    _report_cls: Any  # policy._Report
 
-    def __init__(self, table: ScanTable, *, eligible: Callable[[int, Any], bool] | None = None,
+    def __init__(self, table: Any, *, eligible: Callable[[int, Any], bool] | None = None,
                  tree_explore_every: int = DEFAULT_TREE_EXPLORE_EVERY,
                  tree_explore_until: int = DEFAULT_TREE_EXPLORE_UNTIL,
                  tree_explore_slow: int = DEFAULT_TREE_EXPLORE_SLOW,
                  tree_prior_weight: int = DEFAULT_TREE_PRIOR_WEIGHT,
                  tree_half_life: int = DEFAULT_TREE_HALF_LIFE, **knobs: Any) -> None:
         super().__init__(table, **knobs)
-        self.trees: ScanTable | None = getattr(table, "trees", None)
+        self.trees: Any = getattr(table, "trees", None)
         self.eligible_at = eligible or (lambda level, key: True)
         self.tree_explore_every = max(0, int(tree_explore_every))
         self.tree_explore_until = max(0, int(tree_explore_until))
@@ -147,7 +164,7 @@ class TreeDecider(PolicyDecider):
         """{tree label: expected tokens per ms per request} of the built trees eligible here."""
         if not self.trees:
             return {}
-        level = pad_batch(batch_size, self.table.graph_bs)
+        level = self._pad(batch_size, self.table.graph_bs)
         out = {}
         for k in built:
             if isinstance(k, str) and k in self.trees.points and self.eligible_at(level, k):
@@ -172,8 +189,8 @@ class TreeDecider(PolicyDecider):
         trees = self.tree_rates(batch_size, built)
         if not costs and not trees:
             return current if current in built else (max(chains) if chains else current)
-        key = pad_batch(batch_size, self.table.graph_bs)
-        t = self.tiers.setdefault(key, _Tier())
+        key = self._pad(batch_size, self.table.graph_bs)
+        t = self.tiers.setdefault(key, self._tier_cls())
         t.cycles += 1
         r: dict[Any, float] = {}
         if costs:
@@ -232,14 +249,14 @@ class TreeDecider(PolicyDecider):
     # -- visibility (reporting only)
 
     def take_window(self) -> dict[str, Any]:
-        rep, self._window = self._window, _Report()
+        rep, self._window = self._window, self._report_cls()
         w, self._wtree = self._wtree, {"explore": 0, "all": 0}
         return self._control(rep, w)
 
     def summary(self) -> dict[str, Any]:
         return self._control(self.total, self.tree_cycles)
 
-    def _control(self, rep: _Report, tc: dict[str, int] | None = None) -> dict[str, Any]:
+    def _control(self, rep: Any, tc: dict[str, int] | None = None) -> dict[str, Any]:
         out = super()._control(rep)
         tc = tc or {"explore": 0, "all": 0}
         out["candidates"] = self.candidates

@@ -192,12 +192,10 @@ def release_problems(env: SGLangEnv) -> list[str]:
 def summary(cfg: LaunchConfig, extra_args: list[str] | None = None) -> list[str]:
     """What the dry run prints: every tree with its graph batch sizes, and the sizing envelope
     over the held states (the largest chain, which the server starts at, and the trees)."""
-    from .flags import extra_flags
-
     if cfg.trees is None:
         return []
     specs = parse(cfg.trees)
-    extra = extra_flags(list(cfg.extra_args if extra_args is None else extra_args))
+    extra = _extra_flags(list(cfg.extra_args if extra_args is None else extra_args))
     sizes, how = captured_sizes(extra)
     lines = [f"trees held beside the chains ({len(specs)}):"]
     for t in specs:
@@ -215,6 +213,26 @@ def summary(cfg: LaunchConfig, extra_args: list[str] | None = None) -> list[str]
     lines.append("  start time and graph memory per extra state: read from the server log after the start "
                  "(SGLang's 'Built adaptive runtime state' and the plugin's 'trees: built' lines)")
     return lines
+
+
+def _extra_flags(extra: list[str]) -> dict[str, str | bool]:
+    """`--flag value`, `--flag=value`, bare `--flag` (flags.extra_flags' reading; flags imports this
+    module, so it is not imported back)."""
+    out: dict[str, str | bool] = {}
+    i = 0
+    while i < len(extra):
+        tok = extra[i]
+        if tok.startswith("--"):
+            if "=" in tok:
+                k, v = tok.split("=", 1)
+                out[k] = v
+            elif i + 1 < len(extra) and not extra[i + 1].startswith("--"):
+                out[tok] = extra[i + 1]
+                i += 1
+            else:
+                out[tok] = True
+        i += 1
+    return out
 
 
 def log_lines(log_path: Any, limit: int = 64) -> list[str]:
