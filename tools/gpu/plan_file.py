@@ -31,7 +31,8 @@ TOP_KEYS = {"name", "about", "made", "machine", "deadline", "hard_stop", "server
             "sglang_check", "phases", "todo", "run", "sglang"}
 PHASE_KINDS = {"build", "traffic", "copy", "scan", "serve", "cli"}
 SERVER_KEYS = {"name", "build", "draft", "steps", "topk", "draft_tokens", "no_spec", "policy", "adaptive",
-               "ema", "aux_layers", "env", "args", "max_running", "max_total_tokens", "profile", "todo"}
+               "ema", "aux_layers", "trees", "hold", "env", "args", "max_running", "max_total_tokens", "profile",
+               "todo"}
 SERVE_KEYS = {"servers", "one_at_a_time", "use", "keep", "start_budget", "stagger", "port",
               "workload", "todo"}
 WORK_KINDS = {"bench", "twin", "metrics", "counter_check", "identity", "cli", "scan"}
@@ -232,7 +233,7 @@ def launch_cmd(plan: Plan, ctx: dict[str, str], s: dict[str, Any], port: int) ->
                 argv += ["--" + key.replace("_", "-"), str(s[key])]
         if s.get("steps") is not None and s.get("topk") is None and not (s.get("policy") or s.get("adaptive")):
             argv += ["--topk", "1", "--draft-tokens", str(int(s["steps"]) + 1)]
-        for key in ("policy", "adaptive", "aux_layers"):
+        for key in ("policy", "adaptive", "aux_layers", "trees", "hold"):
             if s.get(key):
                 argv += ["--" + key.replace("_", "-"), str(s[key])]
         prof = s.get("profile", plan.doc.get("profile"))
