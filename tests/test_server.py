@@ -129,7 +129,7 @@ def test_never_healthy_times_out(standin):
     t0 = time.monotonic()
     with pytest.raises(server.ServerFailed, match="not healthy after 2 s"):
         srv.start()
-    assert time.monotonic() - t0 < 15 and gone(srv.pgid)
+    assert time.monotonic() - t0 < 120 and gone(srv.pgid)  # a hang guard (the health wait is 2 s)
 
 
 def test_health_fallback_endpoint(standin):

@@ -218,6 +218,7 @@ def test_build_trees_registers_labels_with_pruned_graph_sizes():
 
 
 @requires_sglang
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")  # SGLang's import on CPU
 def test_the_carried_candidates_are_k_max_wide_and_each_draft_takes_its_topk():
     """SGLang 0.5.23's real ``EagleDraftInput`` carrying top-4 candidates: a chain cycle drafts from
     the first column, a 2-wide tree from the first two (sorted: exactly its top-k); the draft
