@@ -24,7 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="discarded warm-up runs (default 1); open loop: warm-up requests per rate")
     p.add_argument("--max-tokens", type=int, default=1000, help="tokens per request (default 1000)")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--prompt", help="prompt text (default: the seeds' B-tree-in-Rust request)")
+    g.add_argument("--prompt", help="prompt text (default: the Kimi-K2.5 campaign's B-tree-in-Rust request)")
     g.add_argument("--prompts", metavar="FILE",
                    help="prompts: one per line, a JSON list of strings, chat JSONL (messages) or "
                         "ShareGPT JSON; requests cycle through them")

@@ -192,7 +192,7 @@ def _block_record(b: _Block, index: int, path: str, notes: list[str]) -> dict[st
             notes.append(
                 f"{where}: legacy block counted accepted drafts only; converted {old_al} -> "
                 f"{accept_len:.3f} tokens per cycle incl. bonus {how}{old_tps} "
-                f"(assumes one request per cycle, as the seeds' single-stream runs had)"
+                f"(assumes one request per cycle, as the hand-made patch's single-stream runs had)"
             )
         rec["spec"] = {"steps": None, "topk": None, "draft_tokens": None}
         rec["per_position"] = []
