@@ -424,6 +424,16 @@ class PolicyDecider:
 
     # -- the Decider protocol
 
+    def _settle(self, t: _Tier, best: Any, r: Mapping[Any, float]) -> None:
+        """A new tier (or a gone choice) takes the best now, else after min_dwell and the hysteresis."""
+        if t.steps not in r or (best != t.steps and t.dwell >= self.min_dwell
+                                and r[best] > r[t.steps] * (1.0 + self.hysteresis)):
+            if t.steps in r:  # a switch, not a first choice
+                self.total.switches += 1
+                self._window.switches += 1
+            t.steps, t.dwell = best, 0
+        t.dwell += 1
+
     def choose(self, batch_size: int, current: int, built: Sequence[int]) -> int:
         try:
             return self._choose(int(batch_size), int(current), built)
@@ -440,14 +450,7 @@ class PolicyDecider:
         t.cycles += 1
         cands = sorted(costs)
         best, r = self.best(batch_size, cands)
-        if t.steps not in r:                      # a new tier (or its choice is gone): the best now
-            t.steps, t.dwell = best, 0
-        elif (best != t.steps and t.dwell >= self.min_dwell
-              and r[best] > r[t.steps] * (1.0 + self.hysteresis)):
-            t.steps, t.dwell = best, 0
-            self.total.switches += 1
-            self._window.switches += 1
-        t.dwell += 1
+        self._settle(t, best, r)
         run, explore = t.steps, False
         if self.explore_every and t.cycles % self.explore_every == 0:
             up = [s for s in cands if s > t.steps]

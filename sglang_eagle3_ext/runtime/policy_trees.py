@@ -198,14 +198,7 @@ class TreeRules:
         r.update(trees)
         # the best rate; a tie goes to a chain, then to fewer steps (as the chain rule)
         best = max(r, key=lambda s: (r[s], not isinstance(s, str), -_steps(s)))
-        if t.steps not in r:
-            t.steps, t.dwell = best, 0
-        elif (best != t.steps and t.dwell >= self.min_dwell
-              and r[best] > r[t.steps] * (1.0 + self.hysteresis)):
-            t.steps, t.dwell = best, 0
-            self.total.switches += 1
-            self._window.switches += 1
-        t.dwell += 1
+        self._settle(t, best, r)  # type: ignore[attr-defined]  # PolicyDecider's
         run, explore, tree_explore = t.steps, False, False
         for i, label in enumerate(sorted(trees)):  # each eligible tree, its own phase in the tier's cycles
             if label == t.steps:

@@ -32,6 +32,7 @@ from ..runtime.settings import (
     PROFILE_SPEC,
 )
 from ..runtime.sglang_env import SGLangEnv, parse_version
+from .extra_args import extra_flags
 from .launch_config import LaunchConfig, check_env_names
 from .release_flags import _FLAG_RE, eagle3_archs, known_flags, read_architecture
 from .sglang_check import importable_matches, run_sglang_checks
@@ -75,27 +76,8 @@ MTP_TARGET_ARCHS = frozenset({
 })
 
 
-# --------------------------------------------------------------------------------------------
-# Extra SGLang args: the few values the rules need to see
-# --------------------------------------------------------------------------------------------
-
-def extra_flags(extra: list[str]) -> dict[str, str | bool]:
-    """`--flag value`, `--flag=value` and bare `--flag` from the pass-through args."""
-    out: dict[str, str | bool] = {}
-    i = 0
-    while i < len(extra):
-        tok = extra[i]
-        if tok.startswith("--"):
-            if "=" in tok:
-                k, v = tok.split("=", 1)
-                out[k] = v
-            elif i + 1 < len(extra) and not extra[i + 1].startswith("--"):
-                out[tok] = extra[i + 1]
-                i += 1
-            else:
-                out[tok] = True
-        i += 1
-    return out
+# Extra SGLang args: the few values the rules need to see (extra_args.extra_flags, shared with
+# trees_launch, which flags imports)
 
 
 def _int_value(flags: dict[str, str | bool], name: str) -> int | None:

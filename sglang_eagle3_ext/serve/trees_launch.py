@@ -31,6 +31,7 @@ from ..runtime import specstate
 from ..runtime.errors import UserError
 from ..runtime.settings import HOLD, POLICY, TREES
 from ..runtime.sglang_env import SGLangEnv
+from .extra_args import extra_flags
 from .launch_config import LaunchConfig
 
 _RANK = re.compile(r"^\[[^\]]*?\bTP(\d+)\b[^\]]*\]")  # '[... TP1]': another rank's line
@@ -195,7 +196,7 @@ def summary(cfg: LaunchConfig, extra_args: list[str] | None = None) -> list[str]
     if cfg.trees is None:
         return []
     specs = parse(cfg.trees)
-    extra = _extra_flags(list(cfg.extra_args if extra_args is None else extra_args))
+    extra = extra_flags(list(cfg.extra_args if extra_args is None else extra_args))
     sizes, how = captured_sizes(extra)
     lines = [f"trees held beside the chains ({len(specs)}):"]
     for t in specs:
@@ -213,26 +214,6 @@ def summary(cfg: LaunchConfig, extra_args: list[str] | None = None) -> list[str]
     lines.append("  start time and graph memory per extra state: read from the server log after the start "
                  "(SGLang's 'Built adaptive runtime state' and the plugin's 'trees: built' lines)")
     return lines
-
-
-def _extra_flags(extra: list[str]) -> dict[str, str | bool]:
-    """`--flag value`, `--flag=value`, bare `--flag` (flags.extra_flags' reading; flags imports this
-    module, so it is not imported back)."""
-    out: dict[str, str | bool] = {}
-    i = 0
-    while i < len(extra):
-        tok = extra[i]
-        if tok.startswith("--"):
-            if "=" in tok:
-                k, v = tok.split("=", 1)
-                out[k] = v
-            elif i + 1 < len(extra) and not extra[i + 1].startswith("--"):
-                out[tok] = extra[i + 1]
-                i += 1
-            else:
-                out[tok] = True
-        i += 1
-    return out
 
 
 def log_lines(log_path: Any, limit: int = 64) -> list[str]:

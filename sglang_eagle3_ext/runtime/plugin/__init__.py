@@ -118,20 +118,16 @@ def _register(sw: dict[str, Any]) -> None:
         why = next(p for p in plan.problems if p.startswith("trees:"))
         plan = hookplan.plan_hooks(env, profile=profile, aux=aux, nccl_preset=bool(sw["nccl"]),
                                    step_control=step_control or "hold", refuse=why, probe_roles=roles)
-    for problem in plan.problems:
-        logger.error(problem)
-    if not plan.hooks:
+    HookRegistry = _register_plan(plan)  # noqa: N806 - SGLang's class, by its own name
+    if HookRegistry is None:
         return
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
-    for hook in plan.hooks:
-        HookRegistry.register(hook.target, _make_hook(hook), HookType.AROUND)
-        procstate._S.registered.append(hook)
     if any(h.role in hookplan.PROBE_ROLES for h in plan.hooks):
         procstate._S.route = procstate._S.route if roles else "plugin"
         _probes().set_spec_config(route="plugin")  # merged with the source patch's own ("plugin+source-patch")
     if any(h.role == "cycle" for h in plan.hooks):
-        from ..probes import tree  # additive: tree-aware probes (issue 24), stdlib-only module
+        from sglang.srt.plugins.hook_registry import HookType
+
+        from ..probes import tree  # additive: tree-aware probes, stdlib-only module
 
         for target in tree.register_hooks(HookRegistry, HookType, env.package_dir, note=_note):
             procstate._S.registered.append(Hook("tree", "tree", target))  # in our own applied-check
@@ -164,19 +160,26 @@ def _configure_trees(sw: dict[str, Any]) -> str | None:
     return None
 
 
-def _register_launcher_trees() -> None:
-    env = locate()
-    plan = hookplan.plan_hooks(env, profile=False, aux=False, nccl_preset=False, trees="launcher")
+def _register_plan(plan: hookplan.Plan) -> Any:
+    """Log the plan's problems and register its hooks (AROUND) with SGLang's HookRegistry; the
+    registry, or None when the plan has no hook."""
     for problem in plan.problems:
         logger.error(problem)
     if not plan.hooks:
-        return
+        return None
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     for hook in plan.hooks:
         HookRegistry.register(hook.target, _make_hook(hook), HookType.AROUND)
         procstate._S.registered.append(hook)
-    _schedule_verify(HookRegistry)
+    return HookRegistry
+
+
+def _register_launcher_trees() -> None:
+    plan = hookplan.plan_hooks(locate(), profile=False, aux=False, nccl_preset=False, trees="launcher")
+    registry = _register_plan(plan)
+    if registry is not None:
+        _schedule_verify(registry)
 
 
 def _note(msg: str) -> None:
