@@ -33,7 +33,6 @@ reporting counters (``take_window``) are kept apart and never feed a decision.
 from __future__ import annotations
 
 import bisect
-import math
 import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -43,6 +42,7 @@ from typing import Any
 
 from .bounds import MAX_BATCH, MAX_COUNT, MAX_STEPS
 from .policy_trees import TreeRules, is_tree_cell, tree_table
+from .policy_trees import num_field as _num
 from .safeparse import load_json_file
 
 SCHEMA = "eagle3_scan/1"
@@ -104,14 +104,6 @@ def _flat_rate(accept_len: float, steps: int) -> float:
         else:
             hi = mid
     return (lo + hi) / 2
-
-
-def _num(v: Any, name: str, where: str, *, positive: bool = False) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and abs(v) < 2**53):
-        raise ValueError(f"{where}: {name} {v!r:.40} is not a finite number")
-    if positive and v <= 0:
-        raise ValueError(f"{where}: {name} {v!r} is not positive")
-    return float(v)
 
 
 @dataclass

@@ -64,7 +64,9 @@ def tree_label(c: Mapping[str, Any], where: str) -> str:
     return st.label
 
 
-def _num(v: Any, name: str, where: str, *, positive: bool = False) -> float:
+def num_field(v: Any, name: str, where: str, *, positive: bool = False) -> float:
+    """A scan file's number: finite (and positive when asked), else ValueError naming it (the
+    chain table reads its fields with this too)."""
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and abs(v) < 2**53):
         raise ValueError(f"{where}: {name} {v!r:.40} is not a finite number")
     if positive and v <= 0:
@@ -88,7 +90,7 @@ def tree_table(cells: Sequence[Any], graph_bs: Sequence[int] | None, where: str,
         bs = c.get("bs")
         if isinstance(bs, bool) or not isinstance(bs, int) or bs < 1:
             raise ValueError(f"{cw}: bs {bs!r} is not a batch size")
-        ms = _num(c.get("cycle_ms"), "cycle_ms", cw, positive=True)
+        ms = num_field(c.get("cycle_ms"), "cycle_ms", cw, positive=True)
         k = c.get("cycles")
         w = float(k) if isinstance(k, int) and not isinstance(k, bool) and k > 0 else float(min_cycles)
         main = c.get("level") is None or c.get("bs") == c.get("level")  # policy.is_main
@@ -97,7 +99,7 @@ def tree_table(cells: Sequence[Any], graph_bs: Sequence[int] | None, where: str,
         raw.append((label, bs, ms, w, c.get("graph") is False))
         al = c.get("accept_len")
         if al is not None:
-            al = _num(al, "accept_len", cw)
+            al = num_field(al, "accept_len", cw)
             steps = int(label.split("x")[0])
             if not 1.0 <= al <= steps + 1 + 1e-9:
                 raise ValueError(f"{cw}: accept_len {al} outside [1, steps + 1] (incl. the bonus)")
